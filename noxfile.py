@@ -1,0 +1,44 @@
+"""Sessions: `tests` (default), `claims`, `ablations` (the main job, off by default), `lint`."""
+
+import nox
+
+nox.options.sessions = ["tests", "lint"]
+nox.options.reuse_venv = "yes"
+
+CONSTRAINTS = ("-c", "constraints-cpu.txt")
+
+
+def install_project(session: nox.Session) -> None:
+    """Install torch (CPU pin) first, then the project with its dev extra under the same pin."""
+    session.install(*CONSTRAINTS, "torch")
+    session.install(*CONSTRAINTS, "-e", ".[dev]")
+
+
+@nox.session
+def tests(session: nox.Session) -> None:
+    """Unit tests, then the claims at `ci` scale compared with the committed baseline."""
+    install_project(session)
+    session.run("pytest", "-n", "2", "tests", *session.posargs)
+
+
+@nox.session(default=False)
+def claims(session: nox.Session) -> None:
+    """Every claim test at the scale given after `--` (default `full`)."""
+    install_project(session)
+    scale = session.posargs[0] if session.posargs else "full"
+    session.run("pytest", "suite", "--scale", scale, *session.posargs[1:])
+
+
+@nox.session(default=False)
+def ablations(session: nox.Session) -> None:
+    """The main job: build the organism, calibrate its regime, write results/ (scale after `--`)."""
+    install_project(session)
+    scale = session.posargs[0] if session.posargs else "full"
+    session.run("python", "-m", "opsft.cli", "calibrate", "--scale", scale, "-o", "results")
+
+
+@nox.session
+def lint(session: nox.Session) -> None:
+    """ruff over the library, tests and scripts."""
+    session.install("ruff")
+    session.run("ruff", "check", "opsft", "tests", "noxfile.py")

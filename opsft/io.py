@@ -45,3 +45,24 @@ def file_sha256(path: str | Path) -> str:
         for block in iter(lambda: fh.read(1 << 20), b""):
             digest.update(block)
     return digest.hexdigest()
+
+
+def update_markdown_section(path: str | Path, section: str, body: str) -> Path:
+    """Replace (or append) the block between ``<!-- begin:SECTION -->`` and ``<!-- end:SECTION -->`` in a
+    markdown file, under a file lock and atomically, so several benchmarks can share one results page."""
+    from filelock import FileLock
+
+    path = Path(path)
+    begin, end = f"<!-- begin:{section} -->", f"<!-- end:{section} -->"
+    block = f"{begin}\n{body.rstrip()}\n{end}\n"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(path) + ".lock"):
+        text = path.read_text(encoding="utf-8") if path.exists() else ""
+        if begin in text and end in text:
+            head, rest = text.split(begin, 1)
+            tail = rest.split(end, 1)[1].lstrip("\n")
+            text = head + block + tail
+        else:
+            text = (text.rstrip() + "\n\n" if text.strip() else "") + block
+        atomic_write_text(path, text)
+    return path

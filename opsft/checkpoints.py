@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Union
 
 import torch
 from safetensors import safe_open
@@ -17,7 +16,7 @@ from safetensors.torch import save_file
 
 from opsft.io import atomic_write
 
-WeightSource = Union[torch.nn.Module, Mapping[str, torch.Tensor], str, Path]
+WeightSource = torch.nn.Module | Mapping[str, torch.Tensor] | str | Path
 
 
 def _folder_files(folder: Path) -> dict[str, Path]:

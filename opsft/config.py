@@ -107,7 +107,9 @@ class SourceConfig(Digestible):
     temperature: float = 1.0
     max_new_tokens: int = 32
     dataset_path: str | None = None  # a local jsonl/parquet file (DeepMath / DAPO / Eurus schema)
-    trajectory_source: Literal["teacher", "base"] = "teacher"
+    # static data: "teacher" = verified samples of the organism's teacher model; "reference" = the task
+    # generator's own solutions in the teacher's style (a scripted, always-correct teacher)
+    trajectory_source: Literal["teacher", "reference"] = "teacher"
 
     def __post_init__(self) -> None:
         if self.kind not in ("static", "rollout"):
@@ -131,14 +133,14 @@ class ConstraintConfig(Digestible):
 
 @dataclass(frozen=True)
 class RunConfig(Digestible):
-    """One training run. ``init`` is ``"base"`` / ``"teacher"`` (organism), another RunConfig (continue from
-    its final weights), or a local Hugging Face model folder."""
+    """One training run. ``init`` is ``"base"`` / ``"teacher"`` (the organism's) or another RunConfig
+    (continue from its final weights)."""
 
     objective: ObjectiveConfig = field(default_factory=ObjectiveConfig)
     source: SourceConfig = field(default_factory=SourceConfig)
     optim: OptimConfig = field(default_factory=OptimConfig)
     constraint: ConstraintConfig = field(default_factory=ConstraintConfig)
-    init: Any = "base"
+    init: Any = "base"  # "base" | "teacher" | RunConfig
     organism: str = "micro"
     steps: int = 100
     seed: int = 0

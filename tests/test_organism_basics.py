@@ -43,7 +43,7 @@ def test_unknown_size_is_named():
 
 def test_same_seed_same_init_and_different_seed_differs():
     a, b, c = build_model("nano", 1), build_model("nano", 1), build_model("nano", 2)
-    for (_, x), (_, y), (_, z) in zip(iter_tensors(a), iter_tensors(b), iter_tensors(c), strict=True):
+    for (_, x), (_, y), (_, _z) in zip(iter_tensors(a), iter_tensors(b), iter_tensors(c), strict=True):
         assert torch.equal(x, y)
     assert not all(torch.equal(x, z) for (_, x), (_, z) in zip(iter_tensors(a), iter_tensors(c), strict=True))
 

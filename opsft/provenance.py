@@ -1,0 +1,46 @@
+"""Provenance stamped on every run and results file: code version, library versions, machine."""
+
+from __future__ import annotations
+
+import datetime
+import os
+import platform
+import subprocess
+from pathlib import Path
+
+
+def _git(*args: str) -> str | None:
+    try:
+        out = subprocess.run(["git", *args], capture_output=True, text=True, timeout=10,
+                             cwd=Path(__file__).resolve().parent)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return out.stdout.strip() if out.returncode == 0 else None
+
+
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def provenance() -> dict:
+    """Commit and dirty flag of the checkout, versions of the numeric stack, machine, threads and UTC time."""
+    import torch
+    import transformers
+
+    status = _git("status", "--porcelain", "--untracked-files=no")
+    return {
+        "commit": _git("rev-parse", "HEAD"),
+        "dirty": bool(status) if status is not None else None,
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "python": platform.python_version(),
+        "machine": {"cpu": _cpu_model(), "cores": os.cpu_count(), "platform": platform.platform(),
+                    "torch_threads": torch.get_num_threads()},
+        "utc": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+    }

@@ -1,0 +1,226 @@
+"""The cached run graph: ``run(config)`` trains a frozen RunConfig once per digest and returns its result.
+
+Organisms are shared by every run cache (they live under ``$OPSFT_CACHE``). A run's folder
+(``<cache>/runs/<digest>/``) holds ``config.json``, ``metrics.jsonl`` (one line a step),
+``snapshots/step_NNNNNN/model.safetensors`` at the requested steps and at the end, a resumable
+``checkpoint/`` while it trains, and ``result.json`` (written last, with file checksums, wall time and
+provenance). Work is done under a file lock, so pytest-xdist workers asking for the same run share it;
+a run killed mid-way resumes from its last checkpoint to the same final weights.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from filelock import FileLock
+from safetensors.torch import load_file
+from transformers import PreTrainedModel
+
+from opsft.checkpoints import save_state
+from opsft.config import RunConfig
+from opsft.io import atomic_write, atomic_write_json, file_sha256
+from opsft.objectives import make_objective
+from opsft.organism import tasks
+from opsft.organism.build import Organism, build_organism, teacher_trajectories
+from opsft.paths import cache_root
+from opsft.provenance import provenance
+from opsft.sampling.hf import HFSampler
+from opsft.sources import Example, RolloutSource, StaticSource
+from opsft.train import make_optimizer, make_scheduler, train
+
+
+def snapshot_name(step: int) -> str:
+    """Folder name of the snapshot taken after ``step`` optimizer steps."""
+    return f"step_{step:06d}"
+
+
+@dataclass
+class RunResult:
+    """A finished run: its folder, config, per-step metrics and wall time."""
+
+    config: RunConfig
+    folder: Path
+    metrics: list[dict]
+    wall_time: float
+    cache: Path
+
+    def snapshot(self, step: int | None = None) -> Path:
+        """Folder of the snapshot at ``step`` (None = the final weights)."""
+        step = self.config.steps if step is None else step
+        path = self.folder / "snapshots" / snapshot_name(step)
+        if not path.is_dir():
+            have = sorted(p.name for p in (self.folder / "snapshots").iterdir())
+            raise KeyError(f"run {self.config.digest()} has no snapshot at step {step}; it has {have}")
+        return path
+
+    def load_model(self, step: int | None = None) -> PreTrainedModel:
+        """The model at ``step`` (None = final), in the run's precision."""
+        model = initial_model(self.config, self.cache)
+        load_weights(model, self.snapshot(step) / "model.safetensors")
+        return model
+
+
+def load_weights(model: torch.nn.Module, path: Path) -> None:
+    """Load a safetensors state (tied embeddings stored once) into ``model`` in place."""
+    state = load_file(str(path))
+    missing, unexpected = model.load_state_dict(state, strict=False)
+    bad = [k for k in missing if k != "lm_head.weight"]
+    if bad or unexpected:
+        raise KeyError(f"{path}: missing tensors {bad[:3]}, unexpected {unexpected[:3]}")
+    model.tie_weights()
+
+
+def initial_model(config: RunConfig, cache: Path | None = None) -> PreTrainedModel:
+    """The weights a run starts from: the organism's base/teacher or another run's final weights, cast to
+    the run's precision."""
+    init = config.init
+    if isinstance(init, RunConfig):
+        model = run(init, cache).load_model()
+    elif init in ("base", "teacher"):
+        org = build_organism(config.organism)
+        model = copy.deepcopy(org.base if init == "base" else org.teacher)
+    else:
+        raise ValueError(f"RunConfig.init must be 'base', 'teacher' or a RunConfig, got {init!r}")
+    dtype = torch.bfloat16 if config.precision == "bf16" else torch.float32
+    return model.to(dtype)
+
+
+def _examples(config: RunConfig, org: Organism) -> list[Example]:
+    src = config.source
+    if src.kind == "static" and src.trajectory_source == "teacher":
+        return teacher_trajectories(org, src.family, src.n_problems)
+    problems = tasks.generate(src.family, "train", src.n_problems, 0, style="teacher")
+    return [Example(p.prompt, p.solution if src.kind == "static" else "", p) for p in problems]
+
+
+def _reward(problem: object, completion: str) -> float:
+    return float(tasks.is_correct(problem, completion))
+
+
+def make_source(config: RunConfig, model: torch.nn.Module, org: Organism) -> StaticSource | RolloutSource:
+    """The batch source a config asks for: teacher trajectories (static) or on-policy rollouts."""
+    src, obj = config.source, config.objective
+    examples = _examples(config, org)
+    if src.kind == "static":
+        return StaticSource(examples, org.tokenizer, src.batch_size, config.seed)
+    dtype = next(model.parameters()).dtype
+    teacher = org.teacher.to(dtype) if obj.name == "opd" else None
+    reference = copy.deepcopy(model).eval() if obj.beta_kl > 0 else None
+    return RolloutSource(examples, HFSampler(org.tokenizer), _reward, prompts_per_step=src.prompts_per_step,
+                         group_size=src.group_size, temperature=src.temperature, max_new_tokens=src.max_new_tokens,
+                         seed=config.seed, objective=obj, teacher=teacher, reference=reference)
+
+
+class RunRecorder:
+    """Callback: appends step metrics, saves snapshots at the requested steps and resumable checkpoints."""
+
+    def __init__(self, folder: Path, config: RunConfig, scheduler, wall_offset: float):
+        self.folder, self.config, self.scheduler = folder, config, scheduler
+        self.t0 = time.perf_counter() - wall_offset
+        self.metrics_path = folder / "metrics.jsonl"
+
+    def wall(self) -> float:
+        """Seconds of training so far, across resumptions."""
+        return time.perf_counter() - self.t0
+
+    def on_step_end(self, step: int, model, optimizer, metrics: dict) -> None:
+        """Record the step; snapshot and checkpoint when due."""
+        with open(self.metrics_path, "a", encoding="utf-8") as fh:
+            fh.write(json.dumps(metrics) + "\n")
+        if step in self.config.snapshot_steps or step == self.config.steps:
+            save_snapshot(self.folder, model, step)
+        if step % self.config.checkpoint_every == 0 and step < self.config.steps:
+            state = {"model": model.state_dict(), "optimizer": optimizer.state_dict(),
+                     "scheduler": self.scheduler.state_dict(), "step": step, "wall": self.wall()}
+            atomic_write(self.folder / "checkpoint" / "state.pt", lambda p: torch.save(state, p))
+
+
+def save_snapshot(folder: Path, model: torch.nn.Module, step: int) -> Path:
+    """Write the model's weights as ``snapshots/step_NNNNNN/model.safetensors`` (atomically)."""
+    return save_state(model, folder / "snapshots" / snapshot_name(step) / "model.safetensors")
+
+
+def _execute(config: RunConfig, folder: Path, cache: Path, progress: bool) -> dict:
+    org = build_organism(config.organism)
+    model = initial_model(config, cache)
+    optimizer = make_optimizer(model, config.optim)
+    scheduler = make_scheduler(optimizer, config.optim, config.steps)
+    handle = attach_constraint(config, model, optimizer)
+    source = make_source(config, model, org)
+    start, wall_offset = 0, 0.0
+    ckpt = folder / "checkpoint" / "state.pt"
+    if ckpt.is_file():
+        state = torch.load(ckpt, weights_only=False)
+        model.load_state_dict(state["model"])
+        optimizer.load_state_dict(state["optimizer"])
+        scheduler.load_state_dict(state["scheduler"])
+        start, wall_offset = state["step"], state["wall"]
+        print(f"run {config.digest()}: resuming from step {start}")
+    _truncate_metrics(folder / "metrics.jsonl", start)
+    if start == 0:
+        save_snapshot(folder, model, 0)
+    recorder = RunRecorder(folder, config, scheduler, wall_offset)
+    try:
+        train(model, optimizer, source, make_objective(config.objective), steps=config.steps, start_step=start,
+              scheduler=scheduler, grad_clip=config.optim.grad_clip, callbacks=[recorder], progress=progress,
+              desc=f"{config.objective.name} {config.digest()}")
+    finally:
+        if handle is not None:
+            handle.remove()
+    return {"wall_time": recorder.wall()}
+
+
+def attach_constraint(config: RunConfig, model: torch.nn.Module, optimizer: torch.optim.Optimizer):
+    """Hook the config's constraint onto the optimizer (None for ``mode="none"``)."""
+    if config.constraint.mode == "none":
+        return None
+    from opsft.constraint_config import constraint_from_config
+
+    return constraint_from_config(config.constraint, model, optimizer)
+
+
+def _truncate_metrics(path: Path, step: int) -> None:
+    """Drop metric lines past ``step`` (written after the checkpoint a resumed run restarts from)."""
+    if not path.is_file():
+        return
+    lines = [ln for ln in path.read_text().splitlines() if ln and json.loads(ln)["step"] <= step]
+    atomic_write(path, lambda p: p.write_text("".join(ln + "\n" for ln in lines)))
+
+
+def _verified(folder: Path) -> dict | None:
+    path = folder / "result.json"
+    if not path.is_file():
+        return None
+    result = json.loads(path.read_text())
+    for rel, digest in result["sha256"].items():
+        f = folder / rel
+        if not f.is_file() or file_sha256(f) != digest:
+            print(f"run cache {folder}: {rel} is missing or corrupt; recomputing the run")
+            path.unlink()
+            return None
+    return result
+
+
+def run(config: RunConfig, cache: Path | None = None, progress: bool = False) -> RunResult:
+    """The result of ``config``: read from the cache when present and verified, else trained (resuming a
+    partial run), under a file lock keyed by the config digest."""
+    cache = cache or cache_root()
+    folder = cache / "runs" / config.digest()
+    folder.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(folder) + ".lock"):
+        result = _verified(folder)
+        if result is None:
+            atomic_write_json(folder / "config.json", config.to_dict())
+            info = _execute(config, folder, cache, progress)
+            files = sorted(p.relative_to(folder).as_posix() for p in (folder / "snapshots").rglob("*.safetensors"))
+            result = {"digest": config.digest(), "wall_time": info["wall_time"], "provenance": provenance(),
+                      "sha256": {f: file_sha256(folder / f) for f in files}}
+            atomic_write_json(folder / "result.json", result)
+            (folder / "checkpoint" / "state.pt").unlink(missing_ok=True)
+    metrics = [json.loads(ln) for ln in (folder / "metrics.jsonl").read_text().splitlines() if ln]
+    return RunResult(config, folder, metrics, result["wall_time"], cache)

@@ -1,0 +1,164 @@
+"""Batch sources: the loop asks ``source.batch(model, step)`` and never knows which method it runs.
+
+``StaticSource`` serves fixed trajectories (SFT, DFT, pretraining) in a seeded epoch order;
+``RolloutSource`` samples the current policy on prompts of a finite set and scores the samples
+(GRPO rewards and advantages; OPD teacher log-probabilities). Both are pure functions of (seed, step),
+so a resumed run sees exactly the batches an uninterrupted one would.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import torch
+from transformers import PreTrainedTokenizerBase
+
+from opsft.config import ObjectiveConfig
+from opsft.objectives import group_advantages, token_logprobs
+from opsft.sampling.base import Sampler, position_ids
+
+Batch = dict[str, torch.Tensor]
+
+
+@dataclass(frozen=True)
+class Example:
+    """A prompt, the completion to train on (empty for prompt-only sets), and a reward function input."""
+
+    prompt: str
+    completion: str = ""
+    key: object = None  # what the reward function needs (an organism Problem, a gold answer, ...)
+
+
+def step_seed(seed: int, step: int, salt: int = 0) -> int:
+    """A per-step seed that differs across runs, steps and uses, identical on resume."""
+    return (seed * 1_000_003 + step * 7_919 + salt * 104_729) % (2**31 - 1)
+
+
+def encode_pairs(tokenizer: PreTrainedTokenizerBase, pairs: Sequence[tuple[str, str]]) -> Batch:
+    """Right-padded ``<bos> prompt completion <eos>`` sequences with a target mask on completion + <eos>."""
+    rows, masks = [], []
+    for prompt, completion in pairs:
+        p = tokenizer(prompt)["input_ids"]  # includes <bos>
+        c = tokenizer(completion, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
+        rows.append(p + c)
+        masks.append([0] * (len(p) - 1) + [1] * len(c))  # target t predicts token t+1
+    width = max(len(r) for r in rows)
+    input_ids = torch.full((len(rows), width), tokenizer.pad_token_id, dtype=torch.long)
+    attention = torch.zeros((len(rows), width), dtype=torch.long)
+    target = torch.zeros((len(rows), width - 1), dtype=torch.float32)
+    for i, (r, m) in enumerate(zip(rows, masks, strict=True)):
+        input_ids[i, : len(r)] = torch.tensor(r)
+        attention[i, : len(r)] = 1
+        target[i, : len(m)] = torch.tensor(m, dtype=torch.float32)
+    return {"input_ids": input_ids, "attention_mask": attention, "mask": target}
+
+
+class StaticSource:
+    """Fixed trajectories, ``batch_size`` a step, reshuffled each epoch with a seed of (seed, epoch)."""
+
+    def __init__(self, examples: Sequence[Example], tokenizer: PreTrainedTokenizerBase, batch_size: int, seed: int):
+        if not examples:
+            raise ValueError("StaticSource needs at least one example")
+        self.examples, self.tokenizer, self.batch_size, self.seed = list(examples), tokenizer, batch_size, seed
+
+    def indices(self, step: int) -> list[int]:
+        """Example indices of a step: epochs are seeded permutations laid end to end."""
+        n, out, perms = len(self.examples), [], {}
+        start = step * self.batch_size
+        for pos in range(start, start + self.batch_size):
+            epoch, offset = divmod(pos, n)
+            if epoch not in perms:
+                perms[epoch] = torch.randperm(n, generator=torch.Generator().manual_seed(step_seed(self.seed, epoch, 1)))
+            out.append(int(perms[epoch][offset]))
+        return out
+
+    def batch(self, model: torch.nn.Module, step: int) -> Batch:
+        """The step's trajectories, encoded for the loss (the model is not consulted)."""
+        chosen = [self.examples[i] for i in self.indices(step)]
+        return encode_pairs(self.tokenizer, [(e.prompt, e.completion) for e in chosen])
+
+
+RewardFn = Callable[[object, str], float]
+
+
+class RolloutSource:
+    """On-policy batches: ``prompts_per_step`` prompts x ``group_size`` samples from the current model.
+
+    Adds ``rewards`` and group-normalised ``advantages`` (B,), ``old_logp`` (B, T) of the sampling policy
+    and, with a teacher, ``teacher_logp`` (B, T); with a reference model, ``ref_logp``.
+    """
+
+    def __init__(
+        self,
+        examples: Sequence[Example],
+        sampler: Sampler,
+        reward_fn: RewardFn,
+        *,
+        prompts_per_step: int,
+        group_size: int,
+        temperature: float,
+        max_new_tokens: int,
+        seed: int,
+        objective: ObjectiveConfig,
+        teacher: torch.nn.Module | None = None,
+        reference: torch.nn.Module | None = None,
+    ):
+        if objective.name == "opd" and teacher is None:
+            raise ValueError("an OPD rollout source needs a teacher model")
+        if objective.beta_kl > 0 and reference is None:
+            raise ValueError("ObjectiveConfig.beta_kl > 0 needs a reference model")
+        self.examples, self.sampler, self.reward_fn = list(examples), sampler, reward_fn
+        self.prompts_per_step, self.group_size = prompts_per_step, group_size
+        self.temperature, self.max_new_tokens, self.seed = temperature, max_new_tokens, seed
+        self.objective, self.teacher, self.reference = objective, teacher, reference
+
+    def prompts(self, step: int) -> list[Example]:
+        """The step's prompts: a seeded draw without replacement from the finite prompt set."""
+        g = torch.Generator().manual_seed(step_seed(self.seed, step, 2))
+        idx = torch.randperm(len(self.examples), generator=g)[: self.prompts_per_step]
+        return [self.examples[int(i)] for i in idx]
+
+    def batch(self, model: torch.nn.Module, step: int) -> Batch:
+        """Sample, score and lay out one on-policy batch."""
+        chosen = self.prompts(step)
+        roll = self.sampler.sample(model, [e.prompt for e in chosen], self.group_size, self.temperature,
+                                   self.max_new_tokens, step_seed(self.seed, step, 3))
+        keys = [e.key for e in chosen for _ in range(self.group_size)]
+        rewards = torch.tensor([self.reward_fn(k, t) for k, t in zip(keys, roll.texts, strict=True)])  # (B,)
+        batch: Batch = {
+            "input_ids": roll.input_ids,
+            "attention_mask": roll.attention_mask,
+            "mask": roll.completion_mask.float(),
+            "rewards": rewards,
+            "advantages": group_advantages(rewards, self.group_size),
+        }
+        batch["old_logp"] = self._logp(model, batch)
+        if self.teacher is not None:
+            batch["teacher_logp"] = self._logp(self.teacher, batch)
+            batch["mask"] = self._thin(batch, step)
+        if self.reference is not None:
+            batch["ref_logp"] = self._logp(self.reference, batch)
+        return batch
+
+    @torch.no_grad()
+    def _logp(self, model: torch.nn.Module, batch: Batch) -> torch.Tensor:
+        logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
+                       position_ids=position_ids(batch["attention_mask"])).logits
+        return token_logprobs(logits, batch["input_ids"])  # (B, T)
+
+    def _thin(self, batch: Batch, step: int) -> torch.Tensor:
+        """GEO section 5.1 token sparsification: keep ``token_keep`` of each sequence's completion tokens,
+        those of largest |teacher - student| log-probability gap (``topkl``) or a seeded random subset."""
+        keep, mask = self.objective.token_keep, batch["mask"]
+        if keep >= 1:
+            return mask
+        if self.objective.token_select == "topkl":
+            score = (batch["teacher_logp"] - batch["old_logp"]).abs()  # (B, T)
+        else:
+            g = torch.Generator().manual_seed(step_seed(self.seed, step, 4))
+            score = torch.rand(mask.shape, generator=g)
+        score = score.masked_fill(mask == 0, float("-inf"))
+        k = (mask.sum(-1) * keep).ceil().long().clamp(min=1)  # (B,)
+        order = score.argsort(dim=-1, descending=True).argsort(dim=-1)  # (B, T) rank of each token
+        return ((order < k.unsqueeze(-1)) & (mask > 0)).float()

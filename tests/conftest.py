@@ -1,0 +1,28 @@
+"""Shared fixtures: one thread per xdist worker, and an isolated cache shared by the session's workers."""
+
+import os
+
+import pytest
+import torch
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _one_thread_per_worker():
+    """2 workers x 2 threads would oversubscribe a 2-core machine."""
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        torch.set_num_threads(1)
+
+
+@pytest.fixture(scope="session")
+def shared_cache(tmp_path_factory):
+    """A cache folder shared by all workers of this pytest session (runs are built once, under file locks)."""
+    root = tmp_path_factory.getbasetemp().parent / "opsft-cache"
+    root.mkdir(exist_ok=True)
+    return root
+
+
+@pytest.fixture
+def cache_env(shared_cache, monkeypatch):
+    """Point OPSFT_CACHE at the shared test cache."""
+    monkeypatch.setenv("OPSFT_CACHE", str(shared_cache))
+    return shared_cache

@@ -124,11 +124,17 @@ class ConstraintConfig(Digestible):
     """An optimizer-step constraint and the direction it uses (see opsft.constraints)."""
 
     mode: str = "none"
-    direction_run: Any = None  # a RunConfig whose update supplies v
+    direction_run: Any = None  # a RunConfig whose update (from its step 0) supplies v
     direction_step: int | None = None  # snapshot step of that run (None = its final weights)
     rule: Literal["bf16", "fp32"] = "bf16"
     seed: int = 0  # for random-sign / random-location
-    rank: int = 16  # for subspace
+    rank: int = 16  # for subspace: "K = 16"
+    reset_moments: bool = False  # zero Adam moments where a step was undone (the ratchet control)
+    match_kept_fraction: bool = False  # random-sign: keep as many gradient components as the sign mask
+
+    def __post_init__(self) -> None:
+        if self.mode != "none" and self.direction_run is None:
+            raise ValueError(f"ConstraintConfig(mode={self.mode!r}) needs direction_run (the run that supplies v)")
 
 
 @dataclass(frozen=True)

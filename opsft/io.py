@@ -20,6 +20,7 @@ def atomic_write(path: str | Path, write: Callable[[Path], None]) -> Path:
     tmp_path = Path(tmp)
     try:
         write(tmp_path)
+        os.chmod(tmp_path, 0o644)  # mkstemp creates 0600; results and caches are meant to be shared
         with open(tmp_path, "rb") as fh:
             os.fsync(fh.fileno())
         os.replace(tmp_path, path)

@@ -23,6 +23,7 @@ from transformers import PreTrainedModel
 
 from opsft.checkpoints import save_state
 from opsft.config import RunConfig
+from opsft.constraint_config import constraint_from_config
 from opsft.io import atomic_write, atomic_write_json, file_sha256
 from opsft.objectives import make_objective
 from opsft.organism import tasks
@@ -150,7 +151,7 @@ def _execute(config: RunConfig, folder: Path, cache: Path, progress: bool) -> di
     model = initial_model(config, cache)
     optimizer = make_optimizer(model, config.optim)
     scheduler = make_scheduler(optimizer, config.optim, config.steps)
-    handle = attach_constraint(config, model, optimizer)
+    handle = attach_constraint(config, model, optimizer, cache)
     source = make_source(config, model, org)
     start, wall_offset = 0, 0.0
     ckpt = folder / "checkpoint" / "state.pt"
@@ -175,13 +176,11 @@ def _execute(config: RunConfig, folder: Path, cache: Path, progress: bool) -> di
     return {"wall_time": recorder.wall()}
 
 
-def attach_constraint(config: RunConfig, model: torch.nn.Module, optimizer: torch.optim.Optimizer):
+def attach_constraint(config: RunConfig, model: torch.nn.Module, optimizer: torch.optim.Optimizer, cache: Path):
     """Hook the config's constraint onto the optimizer (None for ``mode="none"``)."""
     if config.constraint.mode == "none":
         return None
-    from opsft.constraint_config import constraint_from_config
-
-    return constraint_from_config(config.constraint, model, optimizer)
+    return constraint_from_config(config.constraint, model, optimizer, cache)
 
 
 def _truncate_metrics(path: Path, step: int) -> None:

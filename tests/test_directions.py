@@ -1,0 +1,254 @@
+"""Directions: extraction rules, streaming from sharded folders, storage, comparisons, masks, CLI, bad input."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from safetensors.torch import save_file
+
+from opsft import directions
+from opsft.compare import compare, compare_checkpoints, compare_directions, module_group, to_markdown
+from opsft.directions import Direction, extract, pack_2bit, sign_of_change, unpack_2bit
+from opsft.masks import fisher_diagonal, subspace_bases, top_fraction
+from opsft.organism.models import build_model
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def write_sharded(state: dict[str, torch.Tensor], folder, shards: int = 2):
+    """A Hugging Face style checkpoint folder: model-0000k-of-0000n.safetensors + index.json."""
+    folder.mkdir(parents=True, exist_ok=True)
+    names = sorted(state)
+    weight_map = {}
+    for k in range(shards):
+        fname = f"model-{k + 1:05d}-of-{shards:05d}.safetensors"
+        part = {n: state[n].contiguous() for n in names[k::shards]}
+        save_file(part, str(folder / fname))
+        weight_map.update(dict.fromkeys(part, fname))
+    (folder / "model.safetensors.index.json").write_text(json.dumps({"metadata": {}, "weight_map": weight_map}))
+    return folder
+
+
+def perturbed(model: torch.nn.Module, seed: int, scale: float = 1e-3) -> dict[str, torch.Tensor]:
+    g = torch.Generator().manual_seed(seed)
+    out = {}
+    for n, p in model.named_parameters():
+        keep = torch.rand(p.shape, generator=g) < 0.5  # half the weights unchanged
+        out[n] = torch.where(keep, p.detach(), p.detach() + scale * torch.randn(p.shape, generator=g))
+    return out
+
+
+def test_rules_against_closed_forms():
+    before = torch.tensor([1.0, 1.0, 1.0, -2.0, 0.5, 3.0])
+    after = torch.tensor([1.0 + 2**-20, 1.0 + 2**-6, 1.0 - 2**-6, -2.0, 0.5 + 1e-4, 3.0 - 1e-2])
+    assert sign_of_change(before, after, "fp32").tolist() == [1, 1, -1, 0, 1, -1]
+    # bf16 keeps 8 significant bits: near 1 the spacing is 2^-7, so 2^-20 rounds away; near 0.5, 2^-8.
+    assert sign_of_change(before, after, "bf16").tolist() == [0, 1, -1, 0, 0, -1]
+    # rel: unchanged when |a - b| <= eta max(|a|, |b|), eta = 1e-3
+    assert sign_of_change(before, after, "rel").tolist() == [0, 1, -1, 0, 0, 1 * -1]
+    assert sign_of_change(before, after, "rel", eta=0.01).tolist() == [0, 1, -1, 0, 0, 0]
+    with pytest.raises(ValueError, match="rule must be one of"):
+        sign_of_change(before, after, "fp16")
+
+
+@settings(max_examples=25, deadline=None)
+@given(n=st.integers(1, 300), seed=st.integers(0, 2**16), rule=st.sampled_from(["fp32", "bf16"]))
+def test_rules_agree_with_a_float64_reference(n, seed, rule):
+    g = torch.Generator().manual_seed(seed)
+    b = torch.randn(n, generator=g)
+    a = b + torch.randn(n, generator=g) * 10.0 ** torch.randint(-9, 0, (n,), generator=g)
+    cast = (lambda t: t.to(torch.bfloat16).double()) if rule == "bf16" else (lambda t: t.double())
+    expected = np.sign(cast(a).numpy() - cast(b).numpy()).astype(np.int8)
+    assert np.array_equal(sign_of_change(b, a, rule).numpy(), expected)
+
+
+def test_extract_streams_sharded_folders_like_in_memory_sources(tmp_path):
+    model = build_model("nano", seed=0)
+    after = perturbed(model, 1)
+    v_mem = extract(model, after, rule="fp32", step=50)
+    assert "lm_head.weight" not in v_mem.signs  # tied embeddings appear once
+    before_dir = write_sharded({n: p.detach() for n, p in model.named_parameters()}, tmp_path / "before")
+    after_dir = write_sharded(after, tmp_path / "after", shards=3)
+    v_dir = extract(before_dir, after_dir, rule="fp32", step=50)
+    assert v_dir.signs.keys() == v_mem.signs.keys()
+    assert all(torch.equal(v_dir.signs[n], v_mem.signs[n]) for n in v_mem.signs)
+    assert 0.4 < v_dir.fraction_nonzero < 0.6 and v_dir.meta["step"] == "50" and v_dir.meta["rule"] == "fp32"
+    assert len(v_dir.meta["before_digest"]) == 16 and v_dir.meta["before_digest"] != v_dir.meta["after_digest"]
+
+
+@settings(max_examples=25, deadline=None)
+@given(shape=st.lists(st.integers(1, 9), min_size=1, max_size=3), seed=st.integers(0, 2**16))
+def test_pack_2bit_round_trips(shape, seed):
+    v = torch.randint(-1, 2, shape, generator=torch.Generator().manual_seed(seed), dtype=torch.int8)
+    packed = pack_2bit(v)
+    assert packed.dtype == torch.uint8 and packed.numel() == math.ceil(v.numel() / 4)
+    assert torch.equal(unpack_2bit(packed, tuple(shape)), v)
+
+
+@pytest.mark.parametrize("packing,bytes_per_param", [("int8", 1.0), ("2bit", 0.25)])
+def test_save_load_round_trip_and_size(tmp_path, packing, bytes_per_param):
+    g = torch.Generator().manual_seed(0)
+    v = Direction({"a.weight": torch.randint(-1, 2, (64, 128), generator=g, dtype=torch.int8),
+                   "b.bias": torch.randint(-1, 2, (7,), generator=g, dtype=torch.int8)}, {"rule": "bf16", "step": "5"})
+    path = v.save(tmp_path / "v.safetensors", packing=packing)
+    w = Direction.load(path)
+    assert all(torch.equal(w.signs[n], v.signs[n]) for n in v.signs)
+    assert w.meta["rule"] == "bf16" and w.meta["step"] == "5" and w.meta["num_params"] == str(v.num_params)
+    assert float(w.meta["fraction_nonzero"]) == pytest.approx(v.fraction_nonzero)
+    tensor_bytes = path.stat().st_size - 8 - int.from_bytes(path.read_bytes()[:8], "little")
+    assert tensor_bytes / v.num_params == pytest.approx(bytes_per_param, abs=0.01)
+    assert list(tmp_path.iterdir()) == [path]  # no temporary file left behind
+
+
+def test_bad_direction_files_give_clear_errors(tmp_path):
+    save_file({"w": torch.zeros(3, dtype=torch.float32)}, str(tmp_path / "float.safetensors"))
+    with pytest.raises(ValueError, match=r"'w' has dtype torch.float32, expected torch.int8"):
+        Direction.load(tmp_path / "float.safetensors")
+    save_file({"w": torch.tensor([0, 2, -1], dtype=torch.int8)}, str(tmp_path / "range.safetensors"))
+    with pytest.raises(ValueError, match=r"range.safetensors: tensor 'w' has values outside"):
+        Direction.load(tmp_path / "range.safetensors")
+    save_file({"w": torch.tensor([255], dtype=torch.uint8)}, str(tmp_path / "code3.safetensors"),
+              metadata={"packing": "2bit", "shapes": json.dumps({"w": [4]})})
+    with pytest.raises(ValueError, match="code3.safetensors:w: packed direction holds values outside"):
+        Direction.load(tmp_path / "code3.safetensors")
+    with pytest.raises(FileNotFoundError, match="missing.safetensors"):
+        Direction.load(tmp_path / "missing.safetensors")
+
+
+def test_failed_save_leaves_nothing_behind(tmp_path, monkeypatch):
+    def boom(*args, **kwargs):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(directions, "save_file", boom)
+    with pytest.raises(OSError, match="disk full"):
+        Direction({"w": torch.zeros(3, dtype=torch.int8)}).save(tmp_path / "v.safetensors")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_bad_checkpoints_are_named():
+    before = {"a": torch.zeros(2, 3), "b": torch.zeros(4)}
+    with pytest.raises(ValueError, match=r"tensor 'b' of the AFTER checkpoint contains NaN"):
+        extract(before, {"a": torch.ones(2, 3), "b": torch.tensor([0.0, math.nan, 0.0, 0.0])})
+    with pytest.raises(ValueError, match=r"'a' has shape \[2, 3\] in BEFORE but \[3, 2\] in AFTER"):
+        extract(before, {"a": torch.ones(3, 2), "b": torch.zeros(4)})
+    with pytest.raises(ValueError, match=r"only in BEFORE \['b'\], only in AFTER \['c'\]"):
+        extract(before, {"a": torch.ones(2, 3), "c": torch.zeros(4)})
+
+
+def numpy_metrics(a: np.ndarray, b: np.ndarray) -> dict[str, float]:
+    sa, sb = a != 0, b != 0
+    both = sa & sb
+    return {
+        "jaccard": both.sum() / (sa | sb).sum(),
+        "sign_agreement": (a[both] == b[both]).mean(),
+        "sign_cosine": float(a.astype(float) @ b.astype(float)) / np.sqrt(sa.sum() * sb.sum()),
+    }
+
+
+def test_compare_against_numpy_overall_and_per_module():
+    g = torch.Generator().manual_seed(0)
+    names = ["model.layers.0.self_attn.q_proj.weight", "model.layers.0.mlp.down_proj.weight",
+             "model.embed_tokens.weight", "model.norm.weight"]
+    a = Direction({n: torch.randint(-1, 2, (20, 10), generator=g, dtype=torch.int8) for n in names})
+    b = Direction({n: torch.where(torch.rand(20, 10, generator=g) < 0.7, a.signs[n],
+                                  torch.randint(-1, 2, (20, 10), generator=g, dtype=torch.int8)) for n in names})
+    rows = compare_directions(a, b)
+    assert list(rows) == ["overall", "q", "down", "embeddings", "norms"]
+    flat = [np.concatenate([d.signs[n].numpy().ravel() for n in names]) for d in (a, b)]
+    for key, value in numpy_metrics(*flat).items():
+        assert rows["overall"][key] == pytest.approx(value)
+    for key, value in numpy_metrics(a.signs[names[1]].numpy().ravel(), b.signs[names[1]].numpy().ravel()).items():
+        assert rows["down"][key] == pytest.approx(value)
+    assert math.isnan(rows["overall"]["delta_cosine"])
+    table = to_markdown(rows)
+    assert table.splitlines()[0].startswith("| module | params") and "| norms | 200 |" in table
+    assert module_group("model.layers.3.post_attention_layernorm.weight") == "norms"
+
+
+def test_compare_checkpoints_adds_the_raw_delta_cosine():
+    g = torch.Generator().manual_seed(0)
+    base = {"x.k_proj.weight": torch.randn(30, 4, generator=g)}
+    da, db = torch.randn(30, 4, generator=g), torch.randn(30, 4, generator=g)
+    rows = compare_checkpoints(base, {k: t + da for k, t in base.items()}, base,
+                               {k: t + db for k, t in base.items()}, rule="fp32")
+    a64 = ((base["x.k_proj.weight"] + da).double() - base["x.k_proj.weight"].double()).numpy().ravel()
+    b64 = ((base["x.k_proj.weight"] + db).double() - base["x.k_proj.weight"].double()).numpy().ravel()
+    assert rows["k"]["delta_cosine"] == pytest.approx(a64 @ b64 / np.linalg.norm(a64) / np.linalg.norm(b64))
+    with pytest.raises(ValueError, match=r"'v' is missing from A"):
+        compare(Direction({"w": torch.zeros(2, dtype=torch.int8)}), Direction({"v": torch.zeros(2, dtype=torch.int8)}))
+
+
+def test_cli_direction_and_compare(tmp_path, capsys):
+    parser = argparse.ArgumentParser(prog="opsft")
+    directions.register_cli(parser.add_subparsers(dest="command", required=True))
+    model = build_model("nano", seed=0)
+    before = write_sharded({n: p.detach() for n, p in model.named_parameters()}, tmp_path / "base")
+    runs = [write_sharded(perturbed(model, s, scale=0.1), tmp_path / f"run{s}") for s in (1, 2)]
+    for i, run in enumerate(runs):
+        args = parser.parse_args(["direction", str(before), str(run), "-o", str(tmp_path / f"v{i}.safetensors"),
+                                  "--rule", "bf16", "--packing", "2bit"])
+        assert args.func(args) == 0
+    assert Direction.load(tmp_path / "v0.safetensors").meta["rule"] == "bf16"
+    args = parser.parse_args(["compare", str(tmp_path / "v0.safetensors"), str(tmp_path / "v1.safetensors")])
+    capsys.readouterr()
+    assert args.func(args) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("| module |") and "| overall |" in out and "| q |" in out
+    args = parser.parse_args(["compare", str(runs[0]), str(runs[1]), "--base", str(before)])
+    args.func(args)
+    assert "| embeddings |" in capsys.readouterr().out
+
+
+class BiasOnlyLM(torch.nn.Module):
+    """logits_t = b for every position: log p(y) = sum_t (b_{y_t} - logsumexp(b)), gradient = counts - n softmax(b)."""
+
+    def __init__(self, vocab: int) -> None:
+        super().__init__()
+        self.bias = torch.nn.Parameter(torch.randn(vocab, dtype=torch.float64))
+
+    def forward(self, input_ids, attention_mask=None):
+        return argparse.Namespace(logits=self.bias.expand(*input_ids.shape, -1))
+
+
+def test_fisher_diagonal_matches_closed_form():
+    torch.manual_seed(0)
+    model, vocab = BiasOnlyLM(5), 5
+    ids = torch.randint(0, vocab, (6, 4))
+    labels = ids.clone()
+    labels[:, :2] = -100  # prompt tokens carry no likelihood
+    batches = [{"input_ids": ids[:3], "attention_mask": torch.ones_like(ids[:3]), "labels": labels[:3]},
+               {"input_ids": ids[3:], "attention_mask": torch.ones_like(ids[3:]), "labels": labels[3:]}]
+    fisher = fisher_diagonal(model, batches)["bias"]
+    p = torch.softmax(model.bias.detach(), 0).numpy()
+    expected = np.zeros(vocab)
+    for row in labels.numpy():
+        targets = row[1:][row[1:] >= 0]
+        grad = np.bincount(targets, minlength=vocab) - len(targets) * p
+        expected += grad**2 / len(labels)
+    assert np.allclose(fisher.numpy(), expected, rtol=1e-5)
+    mask = top_fraction({"bias": fisher}, 0.4)["bias"]
+    assert mask.sum() == 2 and set(np.flatnonzero(mask.numpy())) == set(np.argsort(expected)[-2:])
+
+
+def test_subspace_bases_are_the_top_right_singular_vectors():
+    g = torch.Generator().manual_seed(0)
+    before = {"w": torch.randn(12, 8, generator=g), "b": torch.randn(8, generator=g)}
+    after = {"w": before["w"] + torch.randn(12, 8, generator=g), "b": before["b"]}
+    bases = subspace_bases(before, after, rank=3)
+    assert list(bases) == ["w"] and bases["w"].shape == (8, 3)
+    _, _, vt = np.linalg.svd((after["w"].double() - before["w"].double()).numpy())
+    proj = bases["w"].double().numpy() @ bases["w"].double().numpy().T
+    assert np.allclose(proj, vt[:3].T @ vt[:3], atol=1e-6)

@@ -1,0 +1,1 @@
+"""Grids behind `nox -s ablations`, as plain data."""

@@ -1,0 +1,23 @@
+"""Regime calibration grid (issue: the organism must sit in the papers' regime).
+
+Each row: organism x precision x (on-policy lr, SFT lr). ``fp32`` = fp32 master weights whose changes are
+judged in bf16 (the papers' FP32 runs); ``bf16`` = pure bf16 parameters. Learning rates follow the
+tiny-scale probe's second and third probes, which found these ranges closest to the papers' regime.
+"""
+
+GRID = (
+    {"organism": "micro", "precision": "fp32", "lr_rl": 1e-6, "lr_sft": 1e-5},
+    {"organism": "micro", "precision": "fp32", "lr_rl": 3e-6, "lr_sft": 3e-5},
+    {"organism": "micro", "precision": "bf16", "lr_rl": 1e-5, "lr_sft": 1e-5},
+    {"organism": "micro", "precision": "bf16", "lr_rl": 3e-5, "lr_sft": 3e-5},
+    {"organism": "small", "precision": "fp32", "lr_rl": 1e-6, "lr_sft": 1e-5},
+    {"organism": "small", "precision": "bf16", "lr_rl": 1e-5, "lr_sft": 1e-5},
+)
+
+# Sizes of a calibration run at each scale: steps, seeds, SFT set size, held-out problems per family.
+SCALES = {
+    "smoke": {"steps": 4, "seeds": (0,), "n_problems": 32, "eval_n": 16, "organisms": ("nano",),
+              "trajectories": "reference"},
+    "ci": {"steps": 40, "seeds": (0,), "n_problems": 128, "eval_n": 64, "organisms": ("micro",)},
+    "full": {"steps": 100, "seeds": (0, 1, 2), "n_problems": 256, "eval_n": 200, "organisms": ("micro", "small")},
+}

@@ -5,8 +5,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+from opsft.sampling.hf import HFSampler
 
 
 @dataclass(frozen=True)
@@ -27,33 +28,19 @@ class Sampling:
             raise ValueError(f"Sampling needs temperature >= 0 and 0 < top_p <= 1: {self}")
 
 
-@torch.inference_mode()
 def generate(
     model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, prompts: Sequence[str], sampling: Sampling
 ) -> list[list[str]]:
-    """``sampling.k`` decoded continuations (prompt removed, special tokens skipped) for each prompt, in order."""
+    """``sampling.k`` decoded continuations (prompt removed, special tokens skipped) for each prompt, in order,
+    drawn by the training sampler (:class:`opsft.sampling.hf.HFSampler`) in batches of ``batch_size``."""
     if tokenizer.padding_side != "left":
         raise ValueError("generation needs a left-padding tokenizer (tokenizer.padding_side == 'left')")
-    was_training = model.training
-    model.eval()
-    torch.manual_seed(sampling.seed)
-    greedy = sampling.temperature == 0
-    options = {"do_sample": False} if greedy else {
-        "do_sample": True, "temperature": sampling.temperature, "top_p": sampling.top_p, "top_k": 0
-    }
+    sampler = HFSampler(tokenizer)
     per_batch = max(1, sampling.batch_size // sampling.k)
     out: list[list[str]] = []
     for start in range(0, len(prompts), per_batch):
-        batch = tokenizer(list(prompts[start : start + per_batch]), return_tensors="pt", padding=True)
-        tokens = model.generate(
-            **batch,
-            max_new_tokens=sampling.max_new_tokens,
-            num_return_sequences=sampling.k,
-            pad_token_id=tokenizer.pad_token_id,
-            eos_token_id=tokenizer.eos_token_id,
-            **options,
-        )
-        texts = tokenizer.batch_decode(tokens[:, batch["input_ids"].shape[1] :], skip_special_tokens=True)
+        chunk = list(prompts[start : start + per_batch])
+        texts = sampler.sample(model, chunk, sampling.k, sampling.temperature, sampling.max_new_tokens,
+                               sampling.seed + start, top_p=sampling.top_p).texts
         out.extend(texts[i : i + sampling.k] for i in range(0, len(texts), sampling.k))
-    model.train(was_training)
     return out

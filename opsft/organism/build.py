@@ -44,8 +44,8 @@ class OrganismSpec(Digestible):
 
     student: str = "micro"
     teacher: str = "mini"
-    base_steps: int = 1200
-    teacher_steps: int = 2400
+    base_steps: int = 1000
+    teacher_steps: int = 1500
     batch_size: int = 64
     pretrain_lr: float = 2e-3
     pretrain_examples: int = 30_000

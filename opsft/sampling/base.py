@@ -27,7 +27,8 @@ class Sampler(Protocol):
     """Anything that samples ``n`` completions per prompt from a policy."""
 
     def sample(
-        self, model: torch.nn.Module, prompts: list[str], n: int, temperature: float, max_new_tokens: int, seed: int
+        self, model: torch.nn.Module, prompts: list[str], n: int, temperature: float, max_new_tokens: int, seed: int,
+        top_p: float = 1.0,
     ) -> Rollout:
         """Sample ``n`` completions for each prompt; ``temperature == 0`` means greedy."""
         ...

@@ -16,9 +16,11 @@ class HFSampler:
 
     @torch.no_grad()
     def sample(
-        self, model: torch.nn.Module, prompts: list[str], n: int, temperature: float, max_new_tokens: int, seed: int
+        self, model: torch.nn.Module, prompts: list[str], n: int, temperature: float, max_new_tokens: int, seed: int,
+        top_p: float = 1.0,
     ) -> Rollout:
-        """``n`` completions per prompt (greedy when ``temperature == 0``), stopped at <eos> or the budget."""
+        """``n`` completions per prompt (greedy when ``temperature == 0``; nucleus ``top_p`` otherwise),
+        stopped at <eos> or the budget."""
         tok = self.tokenizer
         enc = tok(prompts, return_tensors="pt", padding=True, padding_side="left")
         was_training = model.training
@@ -30,7 +32,7 @@ class HFSampler:
             do_sample=temperature > 0,
             temperature=temperature if temperature > 0 else None,
             top_k=0 if temperature > 0 else None,
-            top_p=None,
+            top_p=top_p if temperature > 0 and top_p < 1 else None,
             num_return_sequences=n,
             max_new_tokens=max_new_tokens,
             pad_token_id=tok.pad_token_id,

@@ -19,11 +19,13 @@ from pathlib import Path
 import torch
 from filelock import FileLock
 from safetensors.torch import load_file
-from transformers import PreTrainedModel
+from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
 from opsft.checkpoints import save_state
 from opsft.config import RunConfig
 from opsft.constraint_config import constraint_from_config
+from opsft.data.real import RealProblem, load_examples
+from opsft.evals.math import is_correct as math_is_correct
 from opsft.io import atomic_write, atomic_write_json, file_sha256
 from opsft.objectives import make_objective
 from opsft.organism import tasks
@@ -76,9 +78,30 @@ def load_weights(model: torch.nn.Module, path: Path) -> None:
     model.tie_weights()
 
 
+def local_model_folder(init: object) -> Path | None:
+    """The local Hugging Face model folder a run (or its ancestors) starts from, None for the organism."""
+    while isinstance(init, RunConfig):
+        init = init.init
+    if init in ("base", "teacher"):
+        return None
+    folder = Path(str(init))
+    if not (folder / "config.json").is_file():
+        raise FileNotFoundError(f"RunConfig.init {init!r} is neither 'base'/'teacher', a RunConfig, nor a local "
+                                f"model folder with a config.json")
+    return folder
+
+
+def run_tokenizer(config: RunConfig) -> PreTrainedTokenizerBase:
+    """The organism's tokenizer, or the one saved in the run's local model folder."""
+    folder = local_model_folder(config.init)
+    if folder is None:
+        return build_organism(config.organism).tokenizer
+    return AutoTokenizer.from_pretrained(str(folder), local_files_only=True, padding_side="left")
+
+
 def initial_model(config: RunConfig, cache: Path | None = None) -> PreTrainedModel:
-    """The weights a run starts from: the organism's base/teacher or another run's final weights, cast to
-    the run's precision."""
+    """The weights a run starts from: the organism's base/teacher, another run's final weights, or a local
+    Hugging Face model folder (never a hub name); cast to the run's precision."""
     init = config.init
     if isinstance(init, RunConfig):
         model = run(init, cache).load_model()
@@ -86,33 +109,51 @@ def initial_model(config: RunConfig, cache: Path | None = None) -> PreTrainedMod
         org = build_organism(config.organism)
         model = copy.deepcopy(org.base if init == "base" else org.teacher)
     else:
-        raise ValueError(f"RunConfig.init must be 'base', 'teacher' or a RunConfig, got {init!r}")
+        model = AutoModelForCausalLM.from_pretrained(str(local_model_folder(init)), local_files_only=True)
     dtype = torch.bfloat16 if config.precision == "bf16" else torch.float32
     return model.to(dtype)
 
 
-def _examples(config: RunConfig, org: Organism) -> list[Example]:
+def _examples(config: RunConfig, org: Organism | None) -> list[Example]:
     src = config.source
+    if src.dataset_path is not None:
+        examples = load_examples(src.dataset_path, limit=src.n_problems)
+        if src.kind == "static" and not all(e.completion for e in examples):
+            raise ValueError(f"SourceConfig.dataset_path {src.dataset_path}: static (SFT) data needs a trajectory "
+                             "in every row (DeepMath's r1_solution_1)")
+        return examples
+    if org is None:
+        raise ValueError("a run from a local model folder needs SourceConfig.dataset_path (no organism tasks)")
     if src.kind == "static" and src.trajectory_source == "teacher":
         return teacher_trajectories(org, src.family, src.n_problems)
     problems = tasks.generate(src.family, "train", src.n_problems, 0, style="teacher")
     return [Example(p.prompt, p.solution if src.kind == "static" else "", p) for p in problems]
 
 
-def _reward(problem: object, completion: str) -> float:
-    return float(tasks.is_correct(problem, completion))
+def reward(problem: object, completion: str) -> float:
+    """1.0 when the completion solves the problem: organism problems by their own verifier, real math by
+    math-verify on the boxed answer. Real code rewards need a sandbox and are not computed in the trainer."""
+    if isinstance(problem, tasks.Problem):
+        return float(tasks.is_correct(problem, completion))
+    if isinstance(problem, RealProblem) and problem.kind == "math":
+        return float(math_is_correct(completion, problem.answer, require_boxed=True))
+    raise ValueError(f"no reward for {type(problem).__name__} of kind {getattr(problem, 'kind', '?')!r}: real code "
+                     "rewards are scored by evalplus, not inside the training loop")
 
 
-def make_source(config: RunConfig, model: torch.nn.Module, org: Organism) -> StaticSource | RolloutSource:
+def make_source(config: RunConfig, model: torch.nn.Module, org: Organism | None,
+                tokenizer: PreTrainedTokenizerBase) -> StaticSource | RolloutSource:
     """The batch source a config asks for: teacher trajectories (static) or on-policy rollouts."""
     src, obj = config.source, config.objective
     examples = _examples(config, org)
     if src.kind == "static":
-        return StaticSource(examples, org.tokenizer, src.batch_size, config.seed)
+        return StaticSource(examples, tokenizer, src.batch_size, config.seed)
+    if obj.name == "opd" and org is None:
+        raise ValueError("OPD from a local model folder needs a teacher; only the organism's teacher is wired")
     dtype = next(model.parameters()).dtype
     teacher = org.teacher.to(dtype) if obj.name == "opd" else None
     reference = copy.deepcopy(model).eval() if obj.beta_kl > 0 else None
-    return RolloutSource(examples, HFSampler(org.tokenizer), _reward, prompts_per_step=src.prompts_per_step,
+    return RolloutSource(examples, HFSampler(tokenizer), reward, prompts_per_step=src.prompts_per_step,
                          group_size=src.group_size, temperature=src.temperature, max_new_tokens=src.max_new_tokens,
                          seed=config.seed, objective=obj, teacher=teacher, reference=reference)
 
@@ -147,12 +188,12 @@ def save_snapshot(folder: Path, model: torch.nn.Module, step: int) -> Path:
 
 
 def _execute(config: RunConfig, folder: Path, cache: Path, progress: bool) -> dict:
-    org = build_organism(config.organism)
+    org = None if local_model_folder(config.init) else build_organism(config.organism)
     model = initial_model(config, cache)
     optimizer = make_optimizer(model, config.optim)
     scheduler = make_scheduler(optimizer, config.optim, config.steps)
     handle = attach_constraint(config, model, optimizer, cache)
-    source = make_source(config, model, org)
+    source = make_source(config, model, org, run_tokenizer(config))
     start, wall_offset = 0, 0.0
     ckpt = folder / "checkpoint" / "state.pt"
     if ckpt.is_file():

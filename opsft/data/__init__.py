@@ -1,0 +1,1 @@
+"""Datasets: real-data loaders for local files in the papers' schemas."""

@@ -66,13 +66,15 @@ def mean_consecutive_interval_cosine(result) -> float:
     return statistics.fmean(cos[i][i + 1] for i in range(len(cos) - 1))
 
 
-def calibrate(scale_name: str, out: Path) -> dict:
-    """Run the grid at a scale and write the calibration table; returns the JSON it wrote."""
+def calibrate(scale_name: str, out: Path, organisms: tuple[str, ...] | None = None) -> dict:
+    """Run the grid at a scale (optionally only for some organisms) and write the calibration table;
+    returns the JSON it wrote."""
     scale = SCALES[scale_name]
+    wanted = organisms or scale["organisms"]
     rows = []
     for row in GRID:
         organism = scale["organisms"][0] if scale_name == "smoke" else row["organism"]
-        if organism not in scale["organisms"] or (scale_name == "smoke" and row is not GRID[0]):
+        if organism not in wanted or organism not in scale["organisms"] or (scale_name == "smoke" and row is not GRID[0]):
             continue
         org = build_organism(organism)
         base = score(org.base, org.tokenizer, scale)
@@ -136,4 +138,5 @@ def register_cli(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("calibrate", help="regime calibration table of the organism")
     p.add_argument("--scale", choices=sorted(SCALES), default="full")
     p.add_argument("-o", "--out", type=Path, default=Path("results"))
-    p.set_defaults(func=lambda a: calibrate(a.scale, a.out) and 0)
+    p.add_argument("--organism", action="append", help="only these organisms (repeatable; default: the scale's)")
+    p.set_defaults(func=lambda a: calibrate(a.scale, a.out, tuple(a.organism) if a.organism else None) and 0)

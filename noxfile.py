@@ -16,7 +16,7 @@ def install_project(session: nox.Session) -> None:
 
 @nox.session
 def tests(session: nox.Session) -> None:
-    """Unit tests, then the claims at `ci` scale compared with the committed baseline."""
+    """Unit tests, including small training runs of the nano organism (marked slow)."""
     install_project(session)
     session.run("pytest", "-n", "2", "tests", *session.posargs)
 
@@ -26,7 +26,8 @@ def claims(session: nox.Session) -> None:
     """Every claim test at the scale given after `--` (default `full`)."""
     install_project(session)
     scale = session.posargs[0] if session.posargs else "full"
-    session.run("pytest", "suite", "--scale", scale, *session.posargs[1:])
+    session.run("pytest", "-p", "no:cacheprovider", "suite", "--scale", scale, "--claims-save", scale,
+                *session.posargs[1:])
 
 
 @nox.session(default=False)
@@ -41,4 +42,4 @@ def ablations(session: nox.Session) -> None:
 def lint(session: nox.Session) -> None:
     """ruff over the library, tests and scripts."""
     session.install("ruff")
-    session.run("ruff", "check", "opsft", "tests", "noxfile.py")
+    session.run("ruff", "check", "opsft", "tests", "suite", "ablations", "scripts", "noxfile.py", "conftest.py")

@@ -1,0 +1,1 @@
+"""Paper claims as a pytest plugin: registry, verdicts, tables and storage (see opsft.claims.plugin)."""

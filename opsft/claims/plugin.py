@@ -1,0 +1,129 @@
+"""The claims pytest plugin (in the manner of pytest-benchmark).
+
+``@pytest.mark.claim("C02")`` names the registered claim a test reproduces; the ``claim`` fixture gives it a
+``ClaimRecorder``; a test that asks for ``seed`` is parametrized over the seeds of ``--scale``. One
+``ClaimsSession`` lives in ``config.stash``; at the end it prints verdicts, compares with a saved run
+(``--claims-compare``, ``--claims-compare-fail``), saves a numbered run file and the results pages
+(``--claims-save``) and fails the session on a NOT REPRODUCED claim under ``--claims-strict``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from ablations.claims import SCALE_NAMES, scale_profile
+from opsft.claims.compare import parse_threshold
+from opsft.claims.recorder import ClaimRecorder
+from opsft.claims.registry import CLAIMS, get
+from opsft.claims.session import ClaimsSession, Options
+from opsft.claims.storage import load_run
+
+SESSION = pytest.StashKey[ClaimsSession]()
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    """The ``claims`` option group."""
+    group = parser.getgroup("claims", "paper claims (opsft.claims)")
+    group.addoption("--scale", choices=SCALE_NAMES, default="smoke", help="size profile of claim tests (default smoke)")
+    group.addoption("--claims-save", metavar="NAME", help="save the run as STORAGE/NNNN_NAME.json and write results pages")
+    group.addoption("--claims-compare", metavar="NAME", nargs="?", const="",
+                    help="compare with a saved run (number or name; the latest if omitted)")
+    group.addoption("--claims-compare-fail", metavar="METRIC:TOL[%]", action="append", default=[],
+                    type=parse_threshold, help="fail when a metric's mean moves by more than TOL either way")
+    group.addoption("--claims-strict", action="store_true", help="fail the session on a NOT REPRODUCED claim")
+    group.addoption("--claims-storage", metavar="DIR", default=".claims", type=Path, help="run files (default .claims)")
+    group.addoption("--claims-results", metavar="DIR", default="results", type=Path,
+                    help="where --claims-save writes the results pages (default results)")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Register the marker and create the session object."""
+    config.addinivalue_line("markers", "claim(id): reproduces the registered claim `id` (opsft.claims.registry)")
+    if config.getoption("claims_compare_fail") and config.getoption("claims_compare") is None:
+        raise pytest.UsageError("--claims-compare-fail needs --claims-compare [NAME]")
+    storage, compare = config.getoption("claims_storage"), config.getoption("claims_compare")
+    try:  # fail before anything trains when the baseline is missing
+        baseline = None if compare is None else load_run(storage, compare or None)
+    except FileNotFoundError as err:
+        raise pytest.UsageError(f"--claims-compare: {err}") from None
+    session = ClaimsSession(Options(
+        scale=config.getoption("scale"), save=config.getoption("claims_save"), compare=compare, baseline=baseline,
+        compare_fail=tuple(config.getoption("claims_compare_fail")), strict=config.getoption("claims_strict"),
+        storage=storage, results=config.getoption("claims_results")))
+    config.stash[SESSION] = session
+    config.pluginmanager.register(_ReportCollector(session), "opsft-claims-collector")
+
+
+def claim_id(node: pytest.Item | pytest.Function) -> str | None:
+    """The claim id a test's marker names (None without a marker); a UsageError for a bad marker."""
+    marker = node.get_closest_marker("claim")
+    if marker is None:
+        return None
+    if len(marker.args) != 1 or marker.args[0] not in CLAIMS:
+        raise pytest.UsageError(f"{node.nodeid}: @pytest.mark.claim needs one registered id, got {marker.args}; "
+                                f"registered: {', '.join(CLAIMS)}")
+    return marker.args[0]
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """Parametrize a claim test's ``seed`` over the seeds of the chosen scale."""
+    if "seed" in metafunc.fixturenames and claim_id(metafunc.definition) is not None:
+        seeds = scale_profile(metafunc.config.getoption("scale"))["seeds"]
+        metafunc.parametrize("seed", seeds, ids=[f"seed{s}" for s in seeds])
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Check every claim marker at collection, before anything trains."""
+    for item in items:
+        claim_id(item)
+
+
+@pytest.fixture
+def claim(request: pytest.FixtureRequest) -> ClaimRecorder:
+    """The recorder of the claim named by the test's ``claim`` marker, at the session's scale."""
+    cid = claim_id(request.node)
+    if cid is None:
+        raise pytest.UsageError(f"{request.node.nodeid}: the claim fixture needs @pytest.mark.claim(ID)")
+    name = request.config.stash[SESSION].options.scale
+    scale = scale_profile(name)
+    if scale.get("skip"):
+        pytest.skip(f"{cid} at scale {name!r}: {scale['skip']}")
+    return ClaimRecorder(get(cid), name, scale, request.node.user_properties)
+
+
+class _ReportCollector:
+    """Hook object bound to the session: takes what each test recorded from its call report (under
+    pytest-xdist the controller sees every worker's reports, user_properties included)."""
+
+    def __init__(self, session: ClaimsSession):
+        self.session = session
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        """Collect the rows and runs of a finished test call."""
+        if report.when == "call":
+            self.session.add_properties(report.user_properties)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """Evaluate, compare and save on the controller; fail the session on strict verdicts or broken thresholds."""
+    if hasattr(session.config, "workerinput"):
+        return
+    claims = session.config.stash[SESSION]
+    claims.finish()
+    if claims.failures() and session.exitstatus == pytest.ExitCode.OK:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def pytest_terminal_summary(terminalreporter, config: pytest.Config) -> None:
+    """Print verdicts, changes against the baseline and failures."""
+    claims = config.stash.get(SESSION, None)
+    if claims is None or not claims.results:
+        return
+    terminalreporter.section(f"claims (scale {claims.options.scale})")
+    for line in claims.summary_lines():
+        terminalreporter.write_line(line)
+    for line in claims.failures():
+        terminalreporter.write_line(f"FAILED claims: {line}", red=True)

@@ -1,0 +1,57 @@
+"""What the ``claim`` fixture hands a test: the claim, the scale, cached runs, and ``record``."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
+
+from opsft.claims.registry import Claim
+from opsft.claims.session import PROPERTY
+from opsft.config import RunConfig
+
+if TYPE_CHECKING:
+    from opsft.runs import RunResult
+
+
+def _cached_run(config: RunConfig) -> RunResult:
+    """``opsft.runs.run``, imported on first use so that loading the plugin does not load torch."""
+    from opsft.runs import run
+
+    return run(config)
+
+
+class ClaimRecorder:
+    """Trains through the cached run graph and records per-seed rows for one claim test.
+
+    ``record`` and ``run`` append to the test item's ``user_properties`` (which reach the controller under
+    pytest-xdist); the session turns them into verdicts at the end.
+    """
+
+    def __init__(self, claim: Claim, scale_name: str, scale: Mapping[str, Any],
+                 properties: list[tuple[str, Any]], runner: Callable[[RunConfig], RunResult] = _cached_run):
+        self.claim, self.scale_name, self.scale = claim, scale_name, scale
+        self._properties, self._runner = properties, runner
+
+    def _add(self, kind: str, data: dict) -> None:
+        self._properties.append((PROPERTY, {"claim": self.claim.id, "kind": kind, "data": data}))
+
+    def run(self, config: RunConfig) -> RunResult:
+        """The cached result of ``config`` (trained once per digest), noted with its digest and wall time."""
+        result = self._runner(config)
+        self._add("run", {"digest": config.digest(), "objective": config.objective.name,
+                          "constraint": config.constraint.mode, "organism": config.organism, "seed": config.seed,
+                          "steps": config.steps, "wall_time": result.wall_time, "folder": str(result.folder)})
+        return result
+
+    def record(self, arm: str, seed: int, **values: float) -> dict[str, float]:
+        """Record what ``arm`` (e.g. ``"sft"``) measured for ``seed``: metric name -> number. Returns the
+        values as floats, so the test can go on to assert on them."""
+        if not arm or "." in arm:
+            raise ValueError(f"claim {self.claim.id}: arm name {arm!r} must be non-empty and hold no '.'")
+        bad = [m for m in values if "." in m]
+        if bad or not values:
+            raise ValueError(f"claim {self.claim.id}, arm {arm!r}: need metric names without '.', got {list(values)}")
+        floats = {m: float(v) for m, v in values.items()}
+        self._add("row", {"arm": arm, "seed": int(seed), "values": floats})
+        return floats
+

@@ -1,0 +1,282 @@
+"""Every claim of CLAIMS.md in one place, with the paper's numbers and its pre-registered decision rules.
+
+A claim test records per-seed rows ``(arm, seed, {metric: value})``. A ``Rule`` turns them into one
+per-seed statistic, ``a`` minus ``b`` (or ``a`` alone), each named ``"arm.metric"``, and compares the
+bootstrap interval of its mean with a boundary (``opsft.claims.stats.decide``). Paper values use the same
+``"arm.metric"`` keys, so each table shows the paper's number beside ours. The rules and tolerances below
+were written before any claim was run; change them only with a note in the commit saying why.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Literal
+
+PaperValue = float | str
+
+
+@dataclass(frozen=True)
+class Rule:
+    """Decision rule over the per-seed statistic ``a - b`` (``a`` alone when ``b`` is None).
+
+    ``op`` ">" / "<": the claim holds when the mean is above / below ``boundary``;
+    ``op`` "within": it holds when the mean lies in [-boundary, boundary] (a tolerance around zero).
+    """
+
+    a: str
+    op: Literal[">", "<", "within"]
+    boundary: float = 0.0
+    b: str | None = None
+
+    def __post_init__(self) -> None:
+        for key in (self.a, self.b):
+            if key is not None and key.count(".") != 1:
+                raise ValueError(f"Rule keys are 'arm.metric', got {key!r}")
+        if self.op not in (">", "<", "within"):
+            raise ValueError(f"Rule.op must be '>', '<' or 'within', got {self.op!r}")
+        if self.op == "within" and self.boundary <= 0:
+            raise ValueError(f"Rule(op='within') needs a tolerance > 0, got {self.boundary}")
+
+    @property
+    def statistic(self) -> str:
+        """The per-seed statistic as text, e.g. ``opsft.in_domain - sft.in_domain``."""
+        return self.a if self.b is None else f"{self.a} - {self.b}"
+
+    def __str__(self) -> str:
+        if self.op == "within":
+            return f"|{self.statistic}| <= {self.boundary:g}"
+        return f"{self.statistic} {self.op} {self.boundary:g}"
+
+
+def gt(a: str, b: str | None = None, boundary: float = 0.0) -> Rule:
+    """``a - b > boundary``."""
+    return Rule(a, ">", boundary, b)
+
+
+def lt(a: str, b: str | None = None, boundary: float = 0.0) -> Rule:
+    """``a - b < boundary``."""
+    return Rule(a, "<", boundary, b)
+
+
+def within(a: str, b: str | None, tolerance: float) -> Rule:
+    """``|a - b| <= tolerance``."""
+    return Rule(a, "within", tolerance, b)
+
+
+def order(metric: str, *arms: str) -> tuple[Rule, ...]:
+    """``arms[0] > arms[1] > ...`` on ``metric``, as one rule per adjacent pair."""
+    return tuple(gt(f"{hi}.{metric}", f"{lo}.{metric}") for hi, lo in zip(arms, arms[1:], strict=False))
+
+
+@dataclass(frozen=True)
+class Claim:
+    """One claim: where it comes from, what it says, the paper's numbers and how we decide it."""
+
+    id: str
+    slug: str
+    source: str
+    statement: str
+    metric: str
+    rules: tuple[Rule, ...]
+    paper: Mapping[str, PaperValue] = field(default_factory=dict)
+    paper_note: str = ""
+
+    def __post_init__(self) -> None:
+        if not self.rules:
+            raise ValueError(f"claim {self.id} has no decision rule")
+        for key in self.paper:
+            if key.count(".") != 1:
+                raise ValueError(f"claim {self.id}: paper keys are 'arm.metric', got {key!r}")
+
+    def paper_value(self, rule: Rule) -> float | None:
+        """The paper's value of a rule's statistic, when the paper gives every number it needs."""
+        a = self.paper.get(rule.a)
+        b = 0.0 if rule.b is None else self.paper.get(rule.b)
+        if isinstance(a, (int, float)) and isinstance(b, (int, float)):
+            return float(a) - float(b)
+        return None
+
+
+# Direction of each metric for --claims-compare-fail: which change is worse ("higher" = higher is better).
+METRIC_DIRECTIONS: dict[str, Literal["higher", "lower"] | None] = {
+    "in_domain": "higher", "train_set": "higher", "ood_mean": "higher", "held_out_mean": "higher",
+    "wall_time": "lower",
+}
+
+ACC = "held-out in-domain accuracy (%, greedy)"
+_CLAIMS = (
+    Claim("C01", "direction_consistency", "OPSFT Fig 2",
+          "SFT interval updates stay positively correlated across stages; GRPO and OPD interval updates are "
+          "nearly orthogonal; cumulative cosine with the final direction near 1.0 for SFT, near 0.5 on-policy",
+          "mean cosine of consecutive interval updates; cosine of the first cumulative update with the final one",
+          (gt("sft.interval_cos", boundary=0.2), within("grpo.interval_cos", None, 0.1),
+           within("opd.interval_cos", None, 0.1), gt("sft.cumulative_cos", "grpo.cumulative_cos"),
+           gt("sft.cumulative_cos", "opd.cumulative_cos")),
+          {"sft.cumulative_cos": 1.0, "grpo.cumulative_cos": 0.5, "opd.cumulative_cos": 0.5},
+          "cumulative cosines read off Fig 2 (approximate)"),
+    Claim("C02", "sign_beats_sft", "OPSFT Fig 3, Table 1",
+          "direction-constrained OPSFT beats vanilla SFT and lands close to the GRPO run that supplied v",
+          ACC,
+          (gt("opsft.in_domain", "sft.in_domain"), within("opsft.in_domain", "grpo.in_domain", 3.0)),
+          {"base.in_domain": 16.35, "sft.in_domain": 38.41, "grpo.in_domain": 40.31, "opsft.in_domain": 41.67},
+          "Qwen3-8B, mean of four math benchmarks (OPSFT Table 2 / Table 8 as quoted in CLAIMS.md)"),
+    Claim("C03", "location_not_enough", "OPSFT Fig 3, Table 13",
+          "a location-only mask (v != 0, either sign) does no better than vanilla SFT; the sign is what helps",
+          ACC,
+          (lt("location.in_domain", "sft.in_domain", 2.0), gt("opsft.in_domain", "location.in_domain")),
+          {"base.in_domain": 8.59, "opd.in_domain": 16.75, "sft.in_domain": 13.83, "location.in_domain": 13.48,
+           "opsft.in_domain": 16.71},
+          "Qwen3-1.7B, OPD source"),
+    Claim("C04", "random_controls", "OPSFT Table A13",
+          "random locations < on-policy locations < on-policy direction; random signs on on-policy locations hurt",
+          ACC,
+          (gt("opsft.in_domain", "location.in_domain"), gt("location.in_domain", "random_location.in_domain"),
+           gt("opsft.in_domain", "random_sign.in_domain")),
+          {"random_location.in_domain": 30.84, "location.in_domain": 34.07, "random_sign.in_domain": 27.71,
+           "opsft.in_domain": 41.15},
+          "Qwen3-4B"),
+    Claim("C05", "efficiency", "OPSFT Table 2",
+          "50 GRPO steps + 100 OPSFT steps beats 100 GRPO, 700 SFT and 700 DFT steps, in less time",
+          ACC + "; wall time (s) including finding v",
+          (gt("opsft.in_domain", "grpo.in_domain"), gt("opsft.in_domain", "sft.in_domain"),
+           gt("opsft.in_domain", "dft.in_domain"), lt("opsft.wall_time", "grpo.wall_time")),
+          {"grpo.in_domain": 40.31, "sft.in_domain": 38.41, "dft.in_domain": 38.97, "opsft.in_domain": 41.67,
+           "grpo.wall_time": "19.3 h", "sft.wall_time": "13.2 h", "dft.wall_time": "13.9 h",
+           "opsft.wall_time": "8.9 h"},
+          "Qwen3-8B"),
+    Claim("C06", "continued_training", "OPSFT Table 3",
+          "from a GRPO-trained model, OPSFT along the original v gains accuracy and beats more unconstrained SFT",
+          ACC,
+          (gt("opsft_cont.in_domain", "grpo.in_domain"), gt("opsft_cont.in_domain", "sft_cont.in_domain")),
+          {"grpo.in_domain": 40.31, "sft_cont.in_domain": 37.50, "opsft_cont.in_domain": 42.39},
+          "Qwen3-8B (4B: 38.96 / 36.25 / 41.36; at 1.7B SFT also gains)"),
+    Claim("C07", "cross_domain_masks", "OPSFT Fig 4",
+          "locations overlap ~0.4 within and across domains; a same-domain direction works as well as the "
+          "set's own; the code direction makes math clearly worse",
+          "Jaccard / cosine between directions; " + ACC + " of OPSFT on math-A with each direction",
+          (within("other_math.in_domain", "own.in_domain", 2.0), gt("own.in_domain", "code.in_domain")),
+          {"math_ab.jaccard": 0.4, "math_code.jaccard": 0.4, "math_ab.cosine": 0.2},
+          "read off Fig 4 (approximate)"),
+    Claim("C08", "snapshot_steps", "OPSFT Fig 5",
+          "masks from later GRPO snapshots work better, with diminishing returns",
+          ACC + " with v from GRPO snapshots at 1/3, 2/3 and 3/3 of training",
+          (gt("v_mid.in_domain", "v_early.in_domain"), gt("snapshots.diminishing")),
+          {}, "Fig 5 (curves only)"),
+    Claim("C09", "precision", "OPSFT Tables 6/8",
+          "the sign mask pulls SFT's footprint of visibly updated parameters to GRPO's, in bf16 and fp32",
+          "share of visibly updated parameters (%) and " + ACC,
+          (gt("sft_bf16.updated_pct", "opsft_bf16.updated_pct"), gt("sft_fp32.updated_pct", "opsft_fp32.updated_pct"),
+           within("opsft_fp32.updated_pct", "grpo_fp32.updated_pct", 5.0),
+           gt("opsft_fp32.in_domain", "sft_fp32.in_domain")),
+          {"sft_bf16.updated_pct": 2.702, "sft_bf16.in_domain": 38.33, "opsft_bf16.updated_pct": 0.408,
+           "opsft_bf16.in_domain": 40.94, "sft_fp32.updated_pct": 89.286, "sft_fp32.in_domain": 38.41,
+           "opsft_fp32.updated_pct": 9.454, "opsft_fp32.in_domain": 42.81, "grpo_fp32.updated_pct": 9.499,
+           "grpo_fp32.in_domain": 42.01, "base.in_domain": 16.35},
+          "Qwen3-8B"),
+    Claim("C10", "ood_flat", "OPSFT Table 1",
+          "out-of-domain means barely move", "mean accuracy (%) over the organism's out-of-domain tasks",
+          tuple(within(f"{arm}.ood_mean", "base.ood_mean", 2.0) for arm in ("sft", "grpo", "opsft")),
+          {"base.ood_mean": 75.85, "sft.ood_mean": 75.54, "grpo.ood_mean": 76.20, "opsft.ood_mean": 76.39},
+          "Qwen3-8B (4B: 73.43 / 73.65 / 73.95 / 74.11)"),
+    Claim("C11", "code_domain", "OPSFT code results (001)",
+          "on code, OPSFT beats SFT, also when continued from GRPO",
+          "accuracy (%) on the organism's code family, scored through evalplus",
+          (gt("opsft.in_domain", "sft.in_domain"), gt("opsft_cont.in_domain", "sft_cont.in_domain")),
+          {"grpo.in_domain": 57.19, "sft.in_domain": 54.30, "opsft.in_domain": 58.07, "sft_cont.in_domain": 48.71,
+           "opsft_cont.in_domain": 60.05},
+          "Qwen3-4B on Eurus; HumanEval+, MBPP+, LCBv6"),
+    Claim("C12", "opsft_update_behaviour", "OPSFT Fig 6",
+          "OPSFT's location sparsity, location overlap across steps and cosines behave like GRPO's, not SFT's",
+          "per series: mean |OPSFT - SFT| - mean |OPSFT - GRPO| over training (> 0: closer to GRPO)",
+          tuple(gt(f"{series}.closer_to_grpo") for series in ("sparsity", "jaccard", "cosine")),
+          {}, "Fig 6 (curves only)"),
+    Claim("C13", "reasoning_behaviour", "OPSFT Fig 7",
+          "response length is similar for SFT, OPSFT and GRPO; OPSFT moves toward GRPO on accuracy std across "
+          "samples and on case-split and logical cue rates",
+          "relative length difference; per metric: |OPSFT - SFT| - |OPSFT - GRPO| (> 0: closer to GRPO)",
+          (within("length.opsft_vs_grpo", None, 0.2), within("length.opsft_vs_sft", None, 0.2),
+           *(gt(f"{m}.closer_to_grpo") for m in ("acc_std", "case_split", "logic_cue"))),
+          {}, "Fig 7 (curves only)"),
+    Claim("C14", "opd_source", "OPSFT Table 13",
+          "OPD, not only GRPO, can supply v", ACC,
+          (gt("opsft.in_domain", "sft.in_domain"), within("opsft.in_domain", "opd.in_domain", 3.0)),
+          {"opd.in_domain": 16.75, "sft.in_domain": 13.83, "opsft.in_domain": 16.71},
+          "Qwen3-1.7B"),
+    Claim("C15", "sft_plateau", "OPSFT Tables A10-A12",
+          "vanilla SFT accuracy plateaus over training and stays below OPSFT",
+          ACC + "; SFT's best over its checkpoints",
+          (gt("opsft.in_domain", "sft.max_in_domain"),),
+          {"sft.mean_in_domain": 9.48, "sft.max_in_domain": 13.65, "opsft.in_domain": 15.11},
+          "Qwen3-1.7B (OPSFT from Table 2)"),
+    Claim("C16", "relaxed_off_principal", "GEO section 3, Table 1",
+          "visible updates SFT > OPD > RLVR; principal-angle rotation and normalized spectral shift order "
+          "SFT > OPD > RLVR; RLVR's updates overlap the principal mask below random and the low-magnitude "
+          "mask above random, OPD between SFT and RLVR",
+          "bf16-visible updated share (%), mean principal angle (rad), NSS, mask overlap minus random",
+          (*order("updated_pct", "sft", "opd", "grpo"), *order("angle", "sft", "opd", "grpo"),
+           *order("nss", "sft", "opd", "grpo"), lt("grpo.principal_excess"), gt("grpo.low_excess"),
+           *order("principal_excess", "sft", "opd", "grpo")),
+          {"sft.updated_pct": 91.9, "opd.updated_pct": 48.4, "grpo.updated_pct": 22.8},
+          "Qwen3-8B (GEO Table 1: unchanged 8.1% / 51.6% / 77.2%)"),
+    Claim("C17", "low_dim_band", "GEO section 4.1, Fig 4",
+          "stable rank of the cumulative update: OPD in a narrow band, SFT expands, RLVR contracts; OPD's "
+          "Frobenius norm above RLVR's; Hill index: SFT rises, RLVR falls",
+          "log(last / first) of stable rank and Hill index; final Frobenius norm",
+          (within("opd.stable_rank_log_change", None, 0.25), gt("sft.stable_rank_log_change"),
+           lt("grpo.stable_rank_log_change"), gt("opd.frobenius", "grpo.frobenius"),
+           gt("sft.hill_log_change"), lt("grpo.hill_log_change")),
+          {}, "Fig 4 (curves only)"),
+    Claim("C18", "early_subspace", "GEO section 4.2, Fig 5",
+          "OPD's top-16 right singular subspace aligns with its final one from the first checkpoint",
+          "subspace similarity of V16 at the first checkpoint with V16 at the end",
+          (gt("opd.first_similarity", "sft.first_similarity"), gt("opd.first_similarity", "grpo.first_similarity")),
+          {}, "Fig 5 (curves only)"),
+    Claim("C19", "rank16_sufficiency", "GEO section 4.2, Fig 6/8",
+          "projecting gradients onto the rank-16 subspace at ~20% of training leaves OPD unchanged, degrades SFT",
+          ACC,
+          (within("opd_proj.in_domain", "opd.in_domain", 2.0), gt("sft.in_domain", "sft_proj.in_domain")),
+          {}, "Fig 6/8 (curves only)"),
+    Claim("C20", "lock_controls", "GEO section 5, Fig 7",
+          "token sparsification and off-policy rollouts keep OPD's stable-rank trajectory; a small OPD share "
+          "in the advantage mix changes it",
+          "mean |log stable rank(variant) - log stable rank(OPD)| over checkpoints",
+          (*(within(f"{v}.trajectory_gap", None, 0.25)
+             for v in ("topkl_25", "topkl_50", "random_25", "random_50", "off_policy")),
+           gt("alpha_001.trajectory_gap", "alpha_075.trajectory_gap")),
+          {}, "Fig 7 (curves only)"),
+    Claim("X01", "seeds_and_intervals", "our own",
+          "every accuracy claim over at least 3 seeds with bootstrap 95% intervals and an effect size",
+          "fewest seeds of any accuracy claim in the run",
+          (gt("suite.min_seeds", boundary=2.5),)),
+    Claim("X02", "fisher_masks", "Fisher abstract (003)",
+          "diagonal Fisher at init predicts where gradients concentrate; a fixed mask from it keeps most of the gain",
+          "gradient mass in the Fisher mask minus its share; (masked - base) / (full - base) accuracy gain",
+          (gt("fisher.mass_excess"), gt("fisher.gain_kept", boundary=0.5))),
+    Claim("X03", "effopd_extrapolation", "EffOPD abstract (003)",
+          "extrapolating along the current OPD update reaches the same accuracy in fewer steps",
+          "OPD steps / EffOPD steps to the same accuracy",
+          (gt("effopd.speedup", boundary=1.5),), {"effopd.speedup": 3.0}, "reported 3x"),
+    Claim("X04", "any_checkpoint_direction", "our own",
+          "v and every diagnostic computed between any two HF checkpoints, streamed, equal the in-memory ones",
+          "sign agreement of the streamed and in-memory direction",
+          (gt("streamed.sign_agreement", boundary=0.999),)),
+    Claim("X05", "ratchet", "our own",
+          "under Adam a one-sided sign mask lets allowed weights drift along v",
+          "share of OPSFT's travel from the base that lies along v",
+          (gt("sign.share_along_v", boundary=0.5),)),
+    Claim("X06", "matched_fit", "our own",
+          "OPSFT's gain over SFT survives at matched training-set accuracy",
+          "held-out accuracy gap at matched training-set accuracy (frontier over checkpoints)",
+          (gt("opsft.matched_gap"),)),
+)
+
+CLAIMS: dict[str, Claim] = {c.id: c for c in _CLAIMS}
+
+
+def get(claim_id: str) -> Claim:
+    """The registered claim ``claim_id`` (KeyError naming the known ids otherwise)."""
+    try:
+        return CLAIMS[claim_id]
+    except KeyError:
+        raise KeyError(f"unknown claim id {claim_id!r}; registered: {', '.join(CLAIMS)}") from None

@@ -1,0 +1,98 @@
+"""The claims session: options, the rows and runs every test recorded, verdicts, saving and comparison.
+
+Tests record into their item's ``user_properties`` (under ``PROPERTY``), which pytest-xdist ships with each
+report to the controller; the session collects them from the reports, so a run under ``-n 2`` is evaluated
+once, on the controller, over every worker's rows.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from opsft.claims.compare import Change, Threshold, compare
+from opsft.claims.evaluate import ClaimResult, evaluate
+from opsft.claims.registry import get
+from opsft.claims.stats import Verdict
+from opsft.claims.storage import save_run, write_pages
+from opsft.provenance import provenance
+
+PROPERTY = "opsft_claims"
+
+
+@dataclass(frozen=True)
+class Options:
+    """The command-line options of the claims plugin."""
+
+    scale: str = "smoke"
+    save: str | None = None
+    compare: str | None = None  # "" = the latest saved run
+    baseline: dict | None = None  # the run file --claims-compare names, loaded at configure time
+    compare_fail: tuple[Threshold, ...] = ()
+    strict: bool = False
+    storage: Path = Path(".claims")
+    results: Path = Path("results")
+
+
+@dataclass
+class ClaimsSession:
+    """Everything one pytest session learns about claims (kept in ``config.stash``)."""
+
+    options: Options
+    rows: dict[str, list[dict]] = field(default_factory=dict)
+    runs: dict[str, list[dict]] = field(default_factory=dict)
+    results: dict[str, ClaimResult] = field(default_factory=dict)
+    changes: list[Change] = field(default_factory=list)
+    saved: Path | None = None
+
+    def add_properties(self, properties: list[tuple[str, Any]]) -> None:
+        """Take the rows and runs a test recorded (the ``PROPERTY`` entries of its report)."""
+        for name, entry in properties:
+            if name == PROPERTY:
+                target = self.rows if entry["kind"] == "row" else self.runs
+                target.setdefault(entry["claim"], []).append(entry["data"])
+
+    def evaluate(self) -> dict[str, ClaimResult]:
+        """Verdicts of every claim that recorded rows."""
+        self.results = {cid: evaluate(get(cid), rows) for cid, rows in sorted(self.rows.items())}
+        return self.results
+
+    def payload(self) -> dict:
+        """The run file's content: provenance, scale, and per claim its verdict, rows, runs and seeds."""
+        claims = {cid: {**r.to_dict(), "rows": self.rows[cid], "runs": self.runs.get(cid, []),
+                        "seeds": sorted({row["seed"] for row in self.rows[cid]})}
+                  for cid, r in self.results.items()}
+        return {"scale": self.options.scale, "provenance": provenance(), "claims": claims}
+
+    def finish(self) -> None:
+        """Evaluate, compare with the baseline (before saving, so ``--claims-compare`` never compares a run
+        with itself), then save the run file and write the results pages when ``--claims-save`` is given."""
+        if not self.rows:
+            return
+        self.evaluate()
+        payload = self.payload()
+        if self.options.baseline is not None:
+            self.changes = compare(payload["claims"], self.options.baseline["claims"], self.options.compare_fail)
+        if self.options.save:
+            self.saved = save_run(self.options.storage, self.options.save, payload)
+            write_pages(self.options.results, self.results.values(), self.options.scale, self.saved.stem,
+                        self.options.storage)
+
+    def failures(self) -> list[str]:
+        """Why the session fails: NOT REPRODUCED claims under ``--claims-strict``, broken compare thresholds."""
+        out = [f"{cid} {r.claim.slug}: NOT REPRODUCED" for cid, r in self.results.items()
+               if self.options.strict and r.verdict is Verdict.NOT_REPRODUCED]
+        return out + [str(c) for c in self.changes if c.failed]
+
+    def summary_lines(self) -> list[str]:
+        """Terminal lines: each claim's verdict and rule verdicts, changes against the baseline, the saved file."""
+        lines = []
+        for cid, r in self.results.items():
+            lines.append(f"{cid} {r.claim.slug}: {r.verdict.value}")
+            lines += [f"    {rr.verdict.value:<15} {rr.rule}" for rr in r.rules]
+        lines += [str(c) for c in self.changes]
+        if self.saved:
+            lines.append(f"saved {self.saved}")
+        return lines
+

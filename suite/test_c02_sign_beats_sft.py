@@ -1,0 +1,34 @@
+"""C02 (OPSFT Fig 3, Table 1): "OPSFT, vanilla SFT on the same teacher trajectories for the same steps but
+with each step kept to the sign of a short GRPO run's update v, beats vanilla SFT and lands close to the
+GRPO run that supplied v."
+
+v is taken at half of the GRPO run's steps; the SFT, GRPO and base arms are the calibration's runs. Beside
+held-out accuracy the test records training-set accuracy (X06: is "beats SFT" more than "fits the SFT set
+less"?) and the held-out abilities' mean.
+"""
+
+import dataclasses
+
+import pytest
+
+from ablations.claims import ROW, organism
+from opsft.calibrate import method_config
+from opsft.claims.measure import accuracies
+from opsft.config import ConstraintConfig
+from opsft.organism.build import build_organism
+
+
+@pytest.mark.claim("C02")
+def test_claim_sign_beats_sft(claim, seed):
+    """Held-out in-domain accuracy: OPSFT > SFT, and OPSFT within the registered tolerance of GRPO."""
+    name = organism(claim.scale)
+    org = build_organism(name)
+    grpo = method_config("grpo", ROW, claim.scale, seed, name)
+    sft = method_config("sft", ROW, claim.scale, seed, name)
+    opsft = dataclasses.replace(
+        sft, constraint=ConstraintConfig(mode="sign", direction_run=grpo, direction_step=grpo.steps // 2))
+    models = {"base": org.base, **{arm: claim.run(cfg).load_model() for arm, cfg in
+                                   (("sft", sft), ("grpo", grpo), ("opsft", opsft))}}
+    for arm, model in models.items():
+        measured = claim.record(arm, seed, **accuracies(model, org.tokenizer, claim.scale))
+        assert all(0 <= v <= 100 for v in measured.values()), f"{arm}: accuracy outside [0, 100]: {measured}"

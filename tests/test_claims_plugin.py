@@ -1,0 +1,124 @@
+"""The claims plugin end to end, through pytester: seeds from the scale, saved run files, results pages,
+--claims-strict, --claims-compare(-fail), marker checks and xdist collection. Nothing here trains."""
+
+import json
+
+import pytest
+
+from ablations.calibration import GRID, SCALES
+from opsft.calibrate import method_config
+from opsft.claims.recorder import ClaimRecorder
+from opsft.claims.registry import get
+from opsft.claims.session import PROPERTY
+
+pytest_plugins = ["pytester"]
+
+# C02 decided on recorded numbers: OPSFT = SFT + OFFSET; GRPO = OPSFT (so the closeness rule holds).
+CLAIM_TEST = """
+import pytest
+
+OFFSET = {offset}
+
+@pytest.mark.claim("C02")
+def test_claim_sign_beats_sft(claim, seed):
+    measured = claim.record("opsft", seed, in_domain=40 + OFFSET + seed)
+    claim.record("sft", seed, in_domain=40 + seed)
+    claim.record("grpo", seed, in_domain=40 + OFFSET + seed)
+    assert measured == {{"in_domain": 40.0 + OFFSET + seed}}
+"""
+
+
+@pytest.fixture
+def suite(pytester):
+    """A pytester folder with the plugin loaded and a C02 test whose offset the test chooses."""
+    pytester.makeconftest('pytest_plugins = ["opsft.claims.plugin"]')
+
+    def write(offset: float):
+        pytester.makepyfile(test_c02=CLAIM_TEST.format(offset=offset))
+        return pytester
+
+    return write
+
+
+def run(pytester, *args):
+    return pytester.runpytest("-p", "no:cacheprovider", "--claims-storage", "store", "--claims-results", "res", *args)
+
+
+def test_seeds_follow_the_scale(suite):
+    pytester = suite(5)
+    full = run(pytester, "--scale", "full", "-v")
+    full.stdout.fnmatch_lines(["*test_claim_sign_beats_sft[[]seed0[]] PASSED*", "*[[]seed2[]] PASSED*"])
+    full.assert_outcomes(passed=3)
+    full.stdout.fnmatch_lines(["C02 sign_beats_sft: REPRODUCED"])
+    run(pytester, "--scale", "smoke").assert_outcomes(passed=1)
+
+
+def test_save_writes_numbered_run_files_with_provenance_and_pages(suite):
+    pytester = suite(5)
+    assert run(pytester, "--scale", "full", "--claims-save", "base").ret == 0
+    assert run(pytester, "--scale", "smoke", "--claims-save", "base").ret == 0
+    store = pytester.path / "store"
+    assert sorted(p.name for p in store.glob("*.json")) == ["0001_base.json", "0002_base.json"]
+    saved = json.loads((store / "0001_base.json").read_text())
+    assert saved["scale"] == "full" and saved["number"] == 1
+    assert {"commit", "dirty", "torch", "machine", "utc"} <= saved["provenance"].keys()
+    c02 = saved["claims"]["C02"]
+    assert c02["verdict"] == "REPRODUCED" and c02["seeds"] == [0, 1, 2] and len(c02["rows"]) == 9
+    page = (pytester.path / "res" / "claims" / "C02_sign_beats_sft.md").read_text()
+    assert "INCONCLUSIVE" in page and "run `0002_base`" in page  # the newest (smoke, one seed) run
+    readme = (pytester.path / "res" / "README.md").read_text()
+    assert "| C02 | [sign_beats_sft](claims/C02_sign_beats_sft.md) | OPSFT Fig 3, Table 1 | INCONCLUSIVE | smoke" in readme
+    assert "| C01 | direction_consistency | OPSFT Fig 2 | not run | | |" in readme
+
+
+def test_strict_fails_the_session_on_not_reproduced(suite):
+    pytester = suite(-5)  # OPSFT below SFT on every seed
+    lenient = run(pytester, "--scale", "full")
+    assert lenient.ret == 0
+    lenient.stdout.fnmatch_lines(["C02 sign_beats_sft: NOT REPRODUCED"])
+    strict = run(pytester, "--scale", "full", "--claims-strict")
+    assert strict.ret == pytest.ExitCode.TESTS_FAILED
+    strict.stdout.fnmatch_lines(["FAILED claims: C02 sign_beats_sft: NOT REPRODUCED"])
+
+
+def test_compare_fail_is_two_sided(suite):
+    pytester = suite(5)
+    run(pytester, "--scale", "full", "--claims-save", "base")
+    for offset, code in ((5.5, 0), (9, 1), (1, 1)):
+        result = run(suite(offset), "--scale", "full", "--claims-compare", "--claims-compare-fail", "in_domain:2")
+        assert result.ret == code, (offset, result.stdout.str())
+    result.stdout.fnmatch_lines(["FAILED claims: FAIL C02 opsft.in_domain: 46 -> 42 (-4, worse)"])
+    missing = run(pytester, "--scale", "full", "--claims-compare", "nope")
+    assert missing.ret == pytest.ExitCode.USAGE_ERROR
+    missing.stderr.fnmatch_lines(["*--claims-compare: no saved claims run nope in store; saved: 0001_base*"])
+
+
+def test_bad_marker_and_paper_scale(pytester):
+    pytester.makeconftest('pytest_plugins = ["opsft.claims.plugin"]')
+    pytester.makepyfile(test_bad='import pytest\n@pytest.mark.claim("C99")\ndef test_x(claim): pass\n')
+    result = run(pytester)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*test_x: @pytest.mark.claim needs one registered id, got ('C99',)*"])
+    pytester.makepyfile(test_bad='import pytest\n@pytest.mark.claim("C02")\ndef test_x(claim, seed): pass\n')
+    run(pytester, "--scale", "paper").assert_outcomes(skipped=3)
+
+
+def test_rows_from_xdist_workers_reach_the_controller(suite):
+    pytester = suite(5)
+    run(pytester, "--scale", "full", "-n", "2", "--claims-save", "x").assert_outcomes(passed=3)
+    saved = json.loads((pytester.path / "store" / "0001_x.json").read_text())
+    assert saved["claims"]["C02"]["seeds"] == [0, 1, 2] and saved["claims"]["C02"]["verdict"] == "REPRODUCED"
+
+
+def test_recorder_notes_each_run_with_digest_and_wall_time(tmp_path):
+    class Result:
+        wall_time, folder = 1.5, tmp_path
+
+    config = method_config("sft", GRID[0], SCALES["smoke"], 0, "nano")
+    props: list = []
+    recorder = ClaimRecorder(get("C02"), "smoke", SCALES["smoke"], props, runner=lambda c: Result())
+    assert recorder.run(config).wall_time == 1.5
+    (name, entry), = props
+    assert name == PROPERTY and entry["data"]["digest"] == config.digest() and entry["data"]["wall_time"] == 1.5
+    with pytest.raises(ValueError, match="arm name 'a.b'"):
+        recorder.record("a.b", 0, x=1)

@@ -13,7 +13,6 @@ All sums are accumulated tensor by tensor (in float64 / int64), so checkpoints a
 from __future__ import annotations
 
 import math
-import re
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,28 +21,9 @@ import torch
 
 from opsft.checkpoints import WeightSource
 from opsft.directions import Direction, Rule, paired_tensors, sign_of_change
+from opsft.modules import MODULE_TYPES, module_type
 
-# (group, pattern on the parameter name); the first match wins.
-MODULE_GROUPS: tuple[tuple[str, str], ...] = (
-    ("q", r"q_proj"),
-    ("k", r"k_proj"),
-    ("v", r"v_proj"),
-    ("o", r"o_proj"),
-    ("gate", r"gate_proj"),
-    ("up", r"up_proj"),
-    ("down", r"down_proj"),
-    ("embeddings", r"embed|lm_head|wte|wpe"),
-    ("norms", r"norm|ln_"),
-)
 METRICS: tuple[str, ...] = ("jaccard", "sign_agreement", "sign_cosine", "delta_cosine")
-
-
-def module_group(name: str) -> str:
-    """The module group of a parameter name (q/k/v/o/gate/up/down/embeddings/norms, else "other")."""
-    for group, pattern in MODULE_GROUPS:
-        if re.search(pattern, name):
-            return group
-    return "other"
 
 
 @dataclass
@@ -107,7 +87,7 @@ def _summarise(tallies: dict[str, _Tally]) -> dict[str, dict[str, float]]:
         for f in ("n", "size_a", "size_b", "common", "agree", "sign_dot", "delta_dot", "delta_a2", "delta_b2"):
             setattr(overall, f, getattr(overall, f) + getattr(t, f))
         overall.has_deltas |= t.has_deltas
-    order = [g for g, _ in MODULE_GROUPS] + ["other"]
+    order = [g for g, _ in MODULE_TYPES] + ["other"]
     rows = {"overall": overall.metrics()}
     rows.update({g: tallies[g].metrics() for g in order if g in tallies})
     return rows
@@ -118,7 +98,7 @@ def compare_directions(a: Direction, b: Direction) -> dict[str, dict[str, float]
     _check_same_layout(a.signs, b.signs)
     tallies: dict[str, _Tally] = defaultdict(_Tally)
     for name, va in a.signs.items():
-        tallies[module_group(name)].add(va, b.signs[name], None, None)
+        tallies[module_type(name)].add(va, b.signs[name], None, None)
     return _summarise(tallies)
 
 
@@ -135,7 +115,7 @@ def compare_checkpoints(
             raise ValueError(f"the two runs differ at parameter {name!r} ({list(aa.shape)}) vs {name_b!r} ({list(ab.shape)})")
         da = aa.to(torch.float64) - ba.to(torch.float64)
         db = ab.to(torch.float64) - bb.to(torch.float64)
-        tallies[module_group(name)].add(sign_of_change(ba, aa, rule), sign_of_change(bb, ab, rule), da, db)
+        tallies[module_type(name)].add(sign_of_change(ba, aa, rule), sign_of_change(bb, ab, rule), da, db)
     return _summarise(tallies)
 
 

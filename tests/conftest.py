@@ -1,16 +1,14 @@
 """Shared fixtures: one thread per xdist worker, and an isolated cache shared by the session's workers."""
 
-import os
-
 import pytest
 import torch
 
 
 @pytest.fixture(autouse=True, scope="session")
-def _one_thread_per_worker():
-    """2 workers x 2 threads would oversubscribe a 2-core machine."""
-    if os.environ.get("PYTEST_XDIST_WORKER"):
-        torch.set_num_threads(1)
+def _one_thread():
+    """One torch thread per test process: 2 xdist workers x 2 threads oversubscribe a 2-core machine, and
+    OpenMP threads that wait on a busy core make every small op pay a scheduler slice."""
+    torch.set_num_threads(1)
 
 
 @pytest.fixture(scope="session")

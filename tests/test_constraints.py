@@ -19,12 +19,6 @@ OPTIMIZERS = {
 }
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 def make_model(shapes: tuple[int, int, int], seed: int, dtype: torch.dtype = torch.float32) -> torch.nn.Module:

@@ -14,18 +14,10 @@ from hypothesis import strategies as st
 from safetensors.torch import save_file
 
 from opsft import directions
-from opsft.compare import compare, compare_checkpoints, compare_directions, module_group, to_markdown
+from opsft.compare import compare, compare_checkpoints, compare_directions, to_markdown
 from opsft.directions import Direction, extract, pack_2bit, sign_of_change, unpack_2bit
 from opsft.masks import fisher_diagonal, subspace_bases, top_fraction
 from opsft.organism.models import build_model
-
-
-@pytest.fixture(autouse=True)
-def _one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 def write_sharded(state: dict[str, torch.Tensor], folder, shards: int = 2):
@@ -166,7 +158,7 @@ def test_compare_against_numpy_overall_and_per_module():
     b = Direction({n: torch.where(torch.rand(20, 10, generator=g) < 0.7, a.signs[n],
                                   torch.randint(-1, 2, (20, 10), generator=g, dtype=torch.int8)) for n in names})
     rows = compare_directions(a, b)
-    assert list(rows) == ["overall", "q", "down", "embeddings", "norms"]
+    assert list(rows) == ["overall", "q", "down", "embed", "norm"]
     flat = [np.concatenate([d.signs[n].numpy().ravel() for n in names]) for d in (a, b)]
     for key, value in numpy_metrics(*flat).items():
         assert rows["overall"][key] == pytest.approx(value)
@@ -174,8 +166,7 @@ def test_compare_against_numpy_overall_and_per_module():
         assert rows["down"][key] == pytest.approx(value)
     assert math.isnan(rows["overall"]["delta_cosine"])
     table = to_markdown(rows)
-    assert table.splitlines()[0].startswith("| module | params") and "| norms | 200 |" in table
-    assert module_group("model.layers.3.post_attention_layernorm.weight") == "norms"
+    assert table.splitlines()[0].startswith("| module | params") and "| norm | 200 |" in table
 
 
 def test_compare_checkpoints_adds_the_raw_delta_cosine():
@@ -209,7 +200,7 @@ def test_cli_direction_and_compare(tmp_path, capsys):
     assert out.startswith("| module |") and "| overall |" in out and "| q |" in out
     args = parser.parse_args(["compare", str(runs[0]), str(runs[1]), "--base", str(before)])
     args.func(args)
-    assert "| embeddings |" in capsys.readouterr().out
+    assert "| embed |" in capsys.readouterr().out
 
 
 class BiasOnlyLM(torch.nn.Module):

@@ -12,14 +12,6 @@ from opsft.hf_adapter import ConstraintCallback, ExtrapolationCallback
 from opsft.organism.models import build_model
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 class TokenDataset(torch.utils.data.Dataset):
     def __init__(self, n: int = 8, length: int = 12) -> None:
         g = torch.Generator().manual_seed(0)

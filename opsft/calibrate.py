@@ -54,7 +54,7 @@ def score(model: torch.nn.Module, tokenizer, scale: dict) -> dict[str, float]:
     out = {"in_domain": 100 * accuracy(model, tokenizer, tasks.generate("arith", "test", n, 1)),
            "train_set": 100 * accuracy(model, tokenizer, tasks.generate("arith", "train", min(n, scale["n_problems"]), 0))}
     for family in HELD_OUT:
-        out[family] = 100 * accuracy(model, tokenizer, tasks.generate(family, "test", 16 if family == "times" else n, 1))
+        out[family] = 100 * accuracy(model, tokenizer, tasks.generate(family, "test", n, 1, at_most=True))
     out["held_out_mean"] = statistics.fmean(out[f] for f in HELD_OUT)
     return out
 

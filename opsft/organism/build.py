@@ -86,14 +86,9 @@ def mixture_examples(mixture: tuple, n: int, seed: int, style: tasks.Style) -> l
 
 
 def _at_most(family: str, n: int, seed: int, style: tasks.Style) -> list[tasks.Problem]:
-    """Up to ``n`` distinct training problems; small families (the times table) repeat to fill ``n``."""
-    for size in (n, 512, 64, 16):
-        try:
-            problems = tasks.generate(family, "train", min(n, size), seed, style)
-            return (problems * (n // len(problems) + 1))[:n]
-        except ValueError:
-            continue
-    raise ValueError(f"family {family!r} has no training problems")
+    """``n`` training problems; small families (the times table) repeat their distinct problems to fill ``n``."""
+    problems = tasks.generate(family, "train", n, seed, style, at_most=True)
+    return (problems * (n // len(problems) + 1))[:n]
 
 
 def _pretrain(size: str, mixture: tuple, style: tasks.Style, steps: int, spec: OrganismSpec,
@@ -117,7 +112,7 @@ def measure(model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase, n: int, 
     for family in tasks.FAMILIES:
         if family == "mc":
             continue
-        probs = tasks.generate(family, "test", min(n, 16) if family == "times" else n, seed)
+        probs = tasks.generate(family, "test", n, seed, at_most=True)
         out[family] = accuracy(model, tokenizer, probs)
     return out
 
@@ -145,6 +140,7 @@ def build_organism(name: str = "micro", cache: Path | None = None) -> Organism:
         report = _verified_report(folder)
         if report is None:
             report = _build(spec, folder, tokenizer)
+            atomic_write_json(folder / "organism.json", report)
     return Organism(spec, folder, tokenizer, _load_model(spec.student, folder / "base.safetensors"),
                     _load_model(spec.teacher, folder / "teacher.safetensors"), report)
 
@@ -161,25 +157,36 @@ def _verified_report(folder: Path) -> dict | None:
     return report
 
 
-def _build(spec: OrganismSpec, folder: Path, tokenizer: PreTrainedTokenizerBase) -> dict:
+def _trained(role: str, size: str, mixture: tuple, style: tasks.Style, steps: int, spec: OrganismSpec,
+             folder: Path, tokenizer: PreTrainedTokenizerBase, salt: int) -> tuple[Qwen3ForCausalLM, float]:
+    """One of the two models, pretrained and saved as ``ROLE.safetensors`` (with its build time beside it);
+    a model already saved by an interrupted build is reused, since saves are atomic."""
+    path, seconds = folder / f"{role}.safetensors", folder / f"{role}.seconds"
+    if path.is_file() and seconds.is_file():
+        return _load_model(size, path), float(seconds.read_text())
     t0 = time.perf_counter()
-    base = _pretrain(spec.student, spec.base_mixture, "base", spec.base_steps, spec, tokenizer, salt=0)
-    t_base = time.perf_counter() - t0
-    teacher = _pretrain(spec.teacher, spec.teacher_mixture, "teacher", spec.teacher_steps, spec, tokenizer, salt=1)
-    t_teacher = time.perf_counter() - t0 - t_base
-    save_state(base, folder / "base.safetensors")
-    save_state(teacher, folder / "teacher.safetensors")
+    model = _pretrain(size, mixture, style, steps, spec, tokenizer, salt)
+    save_state(model, path)
+    atomic_write_text(seconds, repr(time.perf_counter() - t0))
+    return model, time.perf_counter() - t0
+
+
+def _build(spec: OrganismSpec, folder: Path, tokenizer: PreTrainedTokenizerBase) -> dict:
+    base, t_base = _trained("base", spec.student, spec.base_mixture, "base", spec.base_steps, spec, folder,
+                            tokenizer, salt=0)
+    teacher, t_teacher = _trained("teacher", spec.teacher, spec.teacher_mixture, "teacher", spec.teacher_steps,
+                                  spec, folder, tokenizer, salt=1)
     tokenizer.save_pretrained(folder / "tokenizer")
-    report = {
+    t0 = time.perf_counter()
+    accuracy_report = {"base": measure(base, tokenizer, spec.eval_problems),
+                       "teacher": measure(teacher, tokenizer, spec.eval_problems)}
+    return {
         "spec": spec.to_dict(),
-        "build_seconds": {"base": t_base, "teacher": t_teacher},
-        "accuracy": {"base": measure(base, tokenizer, spec.eval_problems),
-                     "teacher": measure(teacher, tokenizer, spec.eval_problems)},
+        "build_seconds": {"base": t_base, "teacher": t_teacher, "measure": time.perf_counter() - t0},
+        "accuracy": accuracy_report,
         "sha256": {f: file_sha256(folder / f) for f in ("base.safetensors", "teacher.safetensors")},
         "torch": torch.__version__,
     }
-    atomic_write_json(folder / "organism.json", report)
-    return report
 
 
 def teacher_trajectories(org: Organism, family: str, n_problems: int, *, tries: int = 4,

@@ -16,9 +16,10 @@ def install_project(session: nox.Session) -> None:
 
 @nox.session
 def tests(session: nox.Session) -> None:
-    """Unit tests, including small training runs of the nano organism (marked slow)."""
+    """Unit tests (with small nano-organism training runs, marked slow), then every claim at smoke scale."""
     install_project(session)
     session.run("pytest", "-n", "2", "tests", *session.posargs)
+    session.run("pytest", "-p", "no:cacheprovider", "suite", "--scale", "smoke", *session.posargs)
 
 
 @nox.session(default=False)

@@ -9,7 +9,7 @@ import torch
 from transformers import PreTrainedTokenizerBase
 
 from opsft.calibrate import score
-from opsft.diagnostics.streaming import endpoint_summary
+from opsft.diagnostics import endpoint_summary
 from opsft.runs import RunResult
 
 ACCURACIES = ("in_domain", "train_set", "held_out_mean")

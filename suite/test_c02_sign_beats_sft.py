@@ -7,26 +7,19 @@ held-out accuracy the test records training-set accuracy (X06: is "beats SFT" mo
 less"?) and the held-out abilities' mean.
 """
 
-import dataclasses
-
 import pytest
 
-from ablations.claims import ROW, organism
-from opsft.calibrate import method_config
+from opsft.claims.arms import baseline, constrained
 from opsft.claims.measure import accuracies
-from opsft.config import ConstraintConfig
 from opsft.organism.build import build_organism
 
 
 @pytest.mark.claim("C02")
 def test_claim_sign_beats_sft(claim, seed):
     """Held-out in-domain accuracy: OPSFT > SFT, and OPSFT within the registered tolerance of GRPO."""
-    name = organism(claim.scale)
-    org = build_organism(name)
-    grpo = method_config("grpo", ROW, claim.scale, seed, name)
-    sft = method_config("sft", ROW, claim.scale, seed, name)
-    opsft = dataclasses.replace(
-        sft, constraint=ConstraintConfig(mode="sign", direction_run=grpo, direction_step=grpo.steps // 2))
+    grpo, sft = baseline("grpo", claim.scale, seed), baseline("sft", claim.scale, seed)
+    org = build_organism(sft.organism)
+    opsft = constrained(sft, grpo, "sign")
     models = {"base": org.base, **{arm: claim.run(cfg).load_model() for arm, cfg in
                                    (("sft", sft), ("grpo", grpo), ("opsft", opsft))}}
     for arm, model in models.items():

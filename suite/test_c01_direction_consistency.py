@@ -1,0 +1,27 @@
+"""C01 (OPSFT Fig 2): "SFT's interval updates stay positively correlated from one training stage to the
+next, while GRPO's and OPD's are nearly orthogonal; cumulatively, SFT's early update already points along
+its final direction (cosine near 1.0), the on-policy runs' only about halfway (near 0.5)."
+
+The stages are the calibration runs' own snapshots (step 0, its snapshot steps, the final step) of the cached
+GRPO, OPD and SFT runs; cosines are global over all parameters (per-matrix means recorded beside them). The
+verdict is decided over seeds by the rules registered for C01.
+"""
+
+import math
+
+import pytest
+
+from ablations.claims import ROW, organism
+from opsft.calibrate import method_config
+from opsft.claims.measure import direction_consistency
+
+
+@pytest.mark.claim("C01")
+def test_claim_direction_consistency(claim, seed):
+    """Consecutive interval cosine: SFT > 0.2, GRPO and OPD within 0.1 of 0; cosine of the first cumulative
+    update with the final one: SFT above GRPO and above OPD."""
+    for method in ("sft", "opd", "grpo"):
+        result = claim.run(method_config(method, ROW, claim.scale, seed, organism(claim.scale)))
+        measured = claim.record(method, seed, **direction_consistency(result))
+        for name, value in measured.items():
+            assert math.isnan(value) or -1 - 1e-9 <= value <= 1 + 1e-9, f"{method}: {name} = {value} is no cosine"

@@ -160,7 +160,7 @@ _CLAIMS = (
           "read off Fig 4 (approximate)"),
     Claim("C08", "snapshot_steps", "OPSFT Fig 5",
           "masks from later GRPO snapshots work better, with diminishing returns",
-          ACC + " with v from GRPO snapshots at 1/3, 2/3 and 3/3 of training",
+          ACC + " with v from GRPO snapshots at steps in the ratio 1:2:3 (paper 50/100/150; organism 25/50/75)",
           (gt("v_mid.in_domain", "v_early.in_domain"), gt("snapshots.diminishing")),
           {}, "Fig 5 (curves only)"),
     Claim("C09", "precision", "OPSFT Tables 6/8",

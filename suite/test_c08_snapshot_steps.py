@@ -1,0 +1,32 @@
+"""C08 (OPSFT Fig 5): "Later GRPO snapshots make better masks, but the gain from step 50 to step 100 is larger
+than the gain from step 100 to step 150."
+
+The paper's snapshots 50/100/150 keep their 1:2:3 ratio on the organism as steps 25/50/75 of the GRPO run;
+OPSFT with each v is scored on held-out in-domain problems. ``snapshots.diminishing`` is
+(mid - early) - (late - mid), positive when the returns diminish.
+"""
+
+import dataclasses
+
+import pytest
+
+from opsft.claims.arms import baseline, constrained
+from opsft.claims.measure import accuracies
+from opsft.organism.build import build_organism
+
+
+@pytest.mark.claim("C08")
+def test_claim_snapshot_steps(claim, seed):
+    """OPSFT accuracy with v from three GRPO snapshots (1:2:3), and whether its returns diminish."""
+    grpo, sft = baseline("grpo", claim.scale, seed), baseline("sft", claim.scale, seed)
+    org = build_organism(sft.organism)
+    early, mid, late = grpo.snapshot_steps[:3]
+    scores = {}
+    for arm, step in (("v_early", early), ("v_mid", mid), ("v_late", late)):
+        base_cfg = constrained(sft, grpo, "sign")
+        cfg = dataclasses.replace(base_cfg, constraint=dataclasses.replace(base_cfg.constraint, direction_step=step))
+        scores[arm] = claim.record(arm, seed, **accuracies(claim.run(cfg).load_model(), org.tokenizer,
+                                                           claim.scale))["in_domain"]
+    gain = claim.record("snapshots", seed, diminishing=(scores["v_mid"] - scores["v_early"])
+                        - (scores["v_late"] - scores["v_mid"]))
+    assert all(0 <= v <= 100 for v in scores.values()) and abs(gain["diminishing"]) <= 200

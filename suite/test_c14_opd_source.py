@@ -1,0 +1,22 @@
+"""C14 (OPSFT Table 13, Qwen3-1.7B): "OPD, not only GRPO, can supply v: OPSFT(direction) 16.71 ~ OPD 16.75
+> SFT 13.83."
+
+OPSFT here takes v from the calibration's OPD run (at half its steps) instead of GRPO's; SFT is the same
+baseline as in C02.
+"""
+
+import pytest
+
+from opsft.claims.arms import baseline, constrained
+from opsft.claims.measure import accuracies
+from opsft.organism.build import build_organism
+
+
+@pytest.mark.claim("C14")
+def test_claim_opd_source(claim, seed):
+    """Held-out in-domain accuracy of SFT, OPD, and OPSFT with OPD's v."""
+    opd, sft = baseline("opd", claim.scale, seed), baseline("sft", claim.scale, seed)
+    org = build_organism(sft.organism)
+    for arm, cfg in (("sft", sft), ("opd", opd), ("opsft", constrained(sft, opd, "sign"))):
+        measured = claim.record(arm, seed, **accuracies(claim.run(cfg).load_model(), org.tokenizer, claim.scale))
+        assert all(0 <= v <= 100 for v in measured.values()), f"{arm}: accuracy outside [0, 100]: {measured}"

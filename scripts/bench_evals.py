@@ -48,15 +48,19 @@ def bench_evalplus() -> dict[str, float]:
 
 
 def bench_suite(suite: str) -> dict[str, float]:
-    """Wall time of ``evaluate`` on a freshly initialised micro organism (a worst case: it never stops early)."""
+    """Wall time of ``evaluate`` on the micro organism's base (trained: it stops at <eos>) and on a freshly
+    initialised micro model (the worst case: it never stops before the token budget)."""
     from opsft.evals.suite import evaluate
+    from opsft.organism.build import build_organism
     from opsft.organism.models import build_model
-    from opsft.organism.tokenizer import build_tokenizer
 
-    model, tok = build_model("micro", seed=0), build_tokenizer()
-    start = time.perf_counter()
-    frame = evaluate(model, tok, suite)
-    return {f"organism suite '{suite}' wall (s, {len(frame)} rows)": time.perf_counter() - start}
+    org = build_organism("micro")
+    out = {}
+    for label, model in (("trained base", org.base), ("random init", build_model("micro", seed=0))):
+        start = time.perf_counter()
+        frame = evaluate(model, org.tokenizer, suite)
+        out[f"organism suite '{suite}', {label} (s, {len(frame)} rows)"] = time.perf_counter() - start
+    return out
 
 
 def main() -> None:

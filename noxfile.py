@@ -22,21 +22,34 @@ def tests(session: nox.Session) -> None:
     session.run("pytest", "-p", "no:cacheprovider", "suite", "--scale", "smoke", *session.posargs)
 
 
+def scale_outputs(scale: str) -> tuple[str, str]:
+    """Results folder and claims storage of a scale: the committed reference is `full`; other scales write
+    beside it so that a quick run never overwrites the reference tables."""
+    return ("results", ".claims") if scale == "full" else (f"results/{scale}", f".claims/{scale}")
+
+
+def run_claims(session: nox.Session, scale: str, *extra: str) -> None:
+    """Every claim test at `scale`, saved and tabulated into that scale's results folder."""
+    results, storage = scale_outputs(scale)
+    session.run("pytest", "-p", "no:cacheprovider", "suite", "--scale", scale, "--claims-save", scale,
+                "--claims-results", results, "--claims-storage", storage, *extra)
+
+
 @nox.session(default=False)
 def claims(session: nox.Session) -> None:
     """Every claim test at the scale given after `--` (default `full`)."""
     install_project(session)
     scale = session.posargs[0] if session.posargs else "full"
-    session.run("pytest", "-p", "no:cacheprovider", "suite", "--scale", scale, "--claims-save", scale,
-                *session.posargs[1:])
+    run_claims(session, scale, *session.posargs[1:])
 
 
 @nox.session(default=False)
 def ablations(session: nox.Session) -> None:
-    """The main job: build the organism, calibrate its regime, write results/ (scale after `--`)."""
+    """The main job: organism regime calibration, then every claim, at a scale (after `--`, default `full`)."""
     install_project(session)
     scale = session.posargs[0] if session.posargs else "full"
-    session.run("python", "-m", "opsft.cli", "calibrate", "--scale", scale, "-o", "results")
+    session.run("opsft", "calibrate", "--scale", scale, "-o", scale_outputs(scale)[0])
+    run_claims(session, scale)
 
 
 @nox.session

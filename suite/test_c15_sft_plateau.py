@@ -1,0 +1,28 @@
+"""C15 (OPSFT Tables A10-A12): "vanilla SFT accuracy plateaus over 100..600 steps (Qwen3-1.7B mean 9.48,
+max 13.65) and stays below OPSFT (15.11)."
+
+SFT is scored at each of its snapshots (a quarter, half, three quarters and all of its steps); OPSFT at its
+end. The rule compares OPSFT with SFT's best checkpoint, so early stopping cannot explain the gap.
+"""
+
+import statistics
+
+import pytest
+
+from opsft.claims.arms import baseline, constrained
+from opsft.claims.measure import accuracies
+from opsft.organism.build import build_organism
+
+
+@pytest.mark.claim("C15")
+def test_claim_sft_plateau(claim, seed):
+    """SFT's held-out accuracy over its checkpoints (mean and max) against OPSFT's final accuracy."""
+    grpo, sft = baseline("grpo", claim.scale, seed), baseline("sft", claim.scale, seed)
+    org = build_organism(sft.organism)
+    run = claim.run(sft)
+    curve = [accuracies(run.load_model(step), org.tokenizer, claim.scale)["in_domain"]
+             for step in (*sft.snapshot_steps, sft.steps)]
+    claim.record("sft", seed, mean_in_domain=statistics.fmean(curve), max_in_domain=max(curve))
+    opsft = accuracies(claim.run(constrained(sft, grpo, "sign")).load_model(), org.tokenizer, claim.scale)
+    measured = claim.record("opsft", seed, in_domain=opsft["in_domain"])
+    assert all(0 <= v <= 100 for v in [*curve, *measured.values()])

@@ -67,3 +67,20 @@ def update_markdown_section(path: str | Path, section: str, body: str) -> Path:
             text = (text.rstrip() + "\n\n" if text.strip() else "") + block
         atomic_write_text(path, text)
     return path
+
+
+def read_verified_manifest(path: str | Path, what: str) -> dict | None:
+    """The JSON manifest at ``path`` if every file it lists under ``"sha256"`` (paths relative to its folder)
+    exists with that SHA-256; otherwise None. A manifest naming a missing or corrupt file is removed, with a
+    message naming ``what`` and the file, so that the cache entry is recomputed."""
+    path = Path(path)
+    if not path.is_file():
+        return None
+    manifest = json.loads(path.read_text())
+    for rel, digest in manifest["sha256"].items():
+        f = path.parent / rel
+        if not f.is_file() or file_sha256(f) != digest:
+            print(f"{what} {path.parent}: {rel} is missing or corrupt; recomputing")
+            path.unlink()
+            return None
+    return manifest

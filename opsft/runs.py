@@ -26,7 +26,7 @@ from opsft.config import RunConfig
 from opsft.constraint_config import constraint_from_config
 from opsft.data.real import RealProblem, load_examples
 from opsft.evals.math import is_correct as math_is_correct
-from opsft.io import atomic_write, atomic_write_json, file_sha256
+from opsft.io import atomic_write, atomic_write_json, file_sha256, read_verified_manifest
 from opsft.objectives import make_objective
 from opsft.organism import tasks
 from opsft.organism.build import Organism, build_organism, teacher_trajectories
@@ -232,20 +232,6 @@ def _truncate_metrics(path: Path, step: int) -> None:
     atomic_write(path, lambda p: p.write_text("".join(ln + "\n" for ln in lines)))
 
 
-def _verified(folder: Path) -> dict | None:
-    path = folder / "result.json"
-    if not path.is_file():
-        return None
-    result = json.loads(path.read_text())
-    for rel, digest in result["sha256"].items():
-        f = folder / rel
-        if not f.is_file() or file_sha256(f) != digest:
-            print(f"run cache {folder}: {rel} is missing or corrupt; recomputing the run")
-            path.unlink()
-            return None
-    return result
-
-
 def run(config: RunConfig, cache: Path | None = None, progress: bool = False) -> RunResult:
     """The result of ``config``: read from the cache when present and verified, else trained (resuming a
     partial run), under a file lock keyed by the config digest."""
@@ -253,7 +239,7 @@ def run(config: RunConfig, cache: Path | None = None, progress: bool = False) ->
     folder = cache / "runs" / config.digest()
     folder.mkdir(parents=True, exist_ok=True)
     with FileLock(str(folder) + ".lock"):
-        result = _verified(folder)
+        result = read_verified_manifest(folder / "result.json", "run cache")
         if result is None:
             atomic_write_json(folder / "config.json", config.to_dict())
             info = _execute(config, folder, cache, progress)

@@ -20,7 +20,7 @@ from transformers import PreTrainedTokenizerBase, Qwen3ForCausalLM
 
 from opsft.checkpoints import save_state
 from opsft.config import Digestible, OptimConfig
-from opsft.io import atomic_write_json, atomic_write_text, file_sha256
+from opsft.io import atomic_write_json, atomic_write_text, file_sha256, read_verified_manifest
 from opsft.objectives import sft_loss
 from opsft.organism import tasks
 from opsft.organism.accuracy import MAX_NEW_TOKENS, accuracy
@@ -137,24 +137,12 @@ def build_organism(name: str = "micro", cache: Path | None = None) -> Organism:
     folder.mkdir(parents=True, exist_ok=True)
     tokenizer = build_tokenizer()
     with FileLock(str(folder) + ".lock"):
-        report = _verified_report(folder)
+        report = read_verified_manifest(folder / "organism.json", "organism cache")
         if report is None:
             report = _build(spec, folder, tokenizer)
             atomic_write_json(folder / "organism.json", report)
     return Organism(spec, folder, tokenizer, _load_model(spec.student, folder / "base.safetensors"),
                     _load_model(spec.teacher, folder / "teacher.safetensors"), report)
-
-
-def _verified_report(folder: Path) -> dict | None:
-    path = folder / "organism.json"
-    if not path.is_file():
-        return None
-    report = json.loads(path.read_text())
-    for fname, digest in report["sha256"].items():
-        if not (folder / fname).is_file() or file_sha256(folder / fname) != digest:
-            print(f"organism cache {folder}: {fname} is missing or corrupt; rebuilding")
-            return None
-    return report
 
 
 def _trained(role: str, size: str, mixture: tuple, style: tasks.Style, steps: int, spec: OrganismSpec,

@@ -9,9 +9,10 @@ CONSTRAINTS = ("-c", "constraints-cpu.txt")
 
 
 def install_project(session: nox.Session) -> None:
-    """Install torch (CPU pin) first, then the project with its dev extra under the same pin."""
+    """Install torch (CPU pin) first, then the project with its dev and trl extras under the same pin (the
+    TRL parity and interop tests skip without trl)."""
     session.install(*CONSTRAINTS, "torch")
-    session.install(*CONSTRAINTS, "-e", ".[dev]")
+    session.install(*CONSTRAINTS, "-e", ".[dev,trl]")
 
 
 @nox.session

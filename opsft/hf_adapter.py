@@ -1,11 +1,17 @@
-"""Hugging Face ``Trainer`` (and so TRL's ``SFTTrainer``) adapters: OPSFT constraints and EffOPD
-extrapolation as ``TrainerCallback``s, nothing forked.
+"""Hugging Face ``Trainer`` and TRL trainer (``SFTTrainer``, ``GRPOTrainer``: ``Trainer`` subclasses) adapters:
+OPSFT constraints and EffOPD extrapolation as ``TrainerCallback``s, nothing forked.
 
-    trainer = Trainer(..., callbacks=[ConstraintCallback(direction, mode="sign")])
+    trainer = SFTTrainer(..., callbacks=[ConstraintCallback(direction, mode="sign")])
 
 The constraint attaches to the optimizer in ``on_train_begin`` (after the Trainer has built and
 accelerate-wrapped it) and detaches in ``on_train_end``. The Trainer clips gradients before
 ``optimizer.step()``, so the mask acts on the clipped, accumulated (and, under DDP, all-reduced) gradient.
+Mixed precision (TRL's default bf16 autocast) and gradient checkpointing change only how the gradient is
+computed: the hooks act on the parameters as stored (fp32 under autocast) and on their gradients.
+
+Without a callback, the optimizer route works too: ``constrain(optimizer, model, direction)`` on an optimizer
+built by hand, passed as ``optimizers=(optimizer, None)``; accelerate's wrapper calls its ``step()``, so the
+hooks fire.
 """
 
 from __future__ import annotations

@@ -77,10 +77,11 @@ def clipped_policy_loss(
 
 
 def group_advantages(rewards: torch.Tensor, group_size: int, eps: float = 1e-6) -> torch.Tensor:
-    """GRPO advantages: A_i = (r_i - mean(r_group)) / (std(r_group) + eps), groups of consecutive samples."""
+    """GRPO advantages: A_i = (r_i - mean(r_group)) / (std(r_group) + eps), groups of consecutive samples;
+    std is the sample standard deviation (Bessel-corrected, 1/(G-1)), as TRL and verl compute it."""
     grouped = rewards.view(-1, group_size)  # (P, G)
     mean = grouped.mean(-1, keepdim=True)  # (P, 1)
-    std = grouped.std(-1, keepdim=True, unbiased=False)  # (P, 1)
+    std = grouped.std(-1, keepdim=True)  # (P, 1)
     return ((grouped - mean) / (std + eps)).view(-1)  # (P*G,)
 
 
@@ -95,8 +96,9 @@ def grpo_loss(logp: torch.Tensor, batch: dict[str, torch.Tensor], cfg: Objective
 def opd_advantages(logp: torch.Tensor, batch: dict[str, torch.Tensor], cfg: ObjectiveConfig) -> torch.Tensor:
     """On-policy distillation token advantage (GEO appendix D): the negative per-token reverse KL estimate
     on the sampled token, a_t = log pi_teacher(y_t) - log pi_student(y_t); mixed with the GRPO sequence
-    advantage as alpha * a_t + (1 - alpha) * A (GEO section 5.2) and thinned to ``token_keep`` of the
-    tokens (GEO section 5.1, top-KL or random)."""
+    advantage as alpha * a_t + (1 - alpha) * A (GEO section 5.2; "raw signal mixing": the mix is not
+    renormalised per batch). Token sparsification (GEO section 5.1) is the source's: it thins the batch's
+    ``mask``."""
     adv = batch["teacher_logp"] - logp.detach()  # (B, T)
     if cfg.opd_alpha < 1:
         seq_adv = batch["advantages"].unsqueeze(-1).expand_as(adv)  # (B, T)

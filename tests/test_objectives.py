@@ -45,7 +45,7 @@ def test_dft_gradient_treats_the_weight_as_a_constant():
 def test_group_advantages_are_normalised_within_each_group():
     rewards = torch.tensor([1.0, 0.0, 0.0, 0.0, 1.0, 1.0, 1.0, 1.0])
     adv = group_advantages(rewards, 4)
-    std = math.sqrt(0.25 * 0.75)
+    std = math.sqrt(0.25 * 0.75 * 4 / 3)  # the sample std: 1/(G-1)
     assert adv[:4].tolist() == pytest.approx([0.75 / std, -0.25 / std, -0.25 / std, -0.25 / std], rel=1e-5)
     assert adv[4:].tolist() == [0.0] * 4
 

@@ -58,3 +58,11 @@ def lint(session: nox.Session) -> None:
     """ruff over the library, tests and scripts."""
     session.install("ruff")
     session.run("ruff", "check", "opsft", "tests", "suite", "ablations", "scripts", "noxfile.py", "conftest.py")
+
+
+@nox.session(default=False)
+def gpu(session: nox.Session) -> None:
+    """The GPU path on one CUDA GPU: vLLM-vs-HF greedy equivalence, then scripts/gpu_check.py (at most 8 minutes)."""
+    session.install("-e", ".[gpu,dev]")  # vllm brings its own CUDA torch: no CPU constraints here
+    session.run("pytest", "-p", "no:cacheprovider", "tests/test_vllm_sampler.py", "-k", "vllm_greedy_equals_hf")
+    session.run("python", "scripts/gpu_check.py", *session.posargs)

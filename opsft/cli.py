@@ -7,7 +7,7 @@ import importlib
 import sys
 
 # Modules exposing ``register_cli(subparsers)``; each adds one or more subcommands.
-COMMAND_MODULES: tuple[str, ...] = ("opsft.directions", "opsft.diagnostics", "opsft.calibrate")
+COMMAND_MODULES: tuple[str, ...] = ("opsft.directions", "opsft.diagnostics", "opsft.calibrate", "opsft.recipes")
 
 
 def build_parser() -> argparse.ArgumentParser:

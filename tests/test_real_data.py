@@ -34,6 +34,9 @@ def test_each_schema_is_read_into_prompts_and_golds(tmp_path):
     assert dapo[0].prompt == "Compute 1/2+1/4." and dapo[0].key.answer == "3/4"
     eurus = load_examples(write_jsonl(tmp_path / "eurus.jsonl", EURUS))
     assert eurus[0].prompt == "Echo." and eurus[0].key.kind == "code" and eurus[0].key.tests["inputs"] == ["1\n"]
+    written = load_examples(write_jsonl(tmp_path / "traj.jsonl", [{"prompt": "p", "completion": "\\boxed{5}",
+                                                                   "answer": "5"}]))
+    assert written[0].completion == "\\boxed{5}" and written[0].key == RealProblem("5")
 
 
 def test_parquet_reads_like_jsonl(tmp_path):

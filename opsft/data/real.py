@@ -72,8 +72,12 @@ def row_to_example(row: dict, where: str) -> Example:
                 raise KeyError(f"{where}: coding ground_truth needs 'inputs' and 'outputs'")
             return Example(prompt, "", RealProblem("", kind="code", tests=tests))
         return Example(prompt, "", RealProblem(str(gold)))
+    if isinstance(row.get("prompt"), str) and "completion" in row:  # teacher trajectories (opsft.trajectories)
+        return Example(row["prompt"], str(row["completion"]),
+                       RealProblem(str(row.get("answer") or ""), kind=row.get("kind", "math"), tests=row.get("tests")))
     raise KeyError(f"{where}: unknown schema with fields {sorted(row)}; expected DeepMath-103K "
-                   "(question, final_answer) or DAPO/Eurus (prompt, reward_model)")
+                   "(question, final_answer), DAPO/Eurus (prompt, reward_model) or teacher trajectories "
+                   "(prompt, completion)")
 
 
 def load_examples(path: str | Path, limit: int | None = None) -> list[Example]:

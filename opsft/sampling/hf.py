@@ -22,7 +22,7 @@ class HFSampler:
         """``n`` completions per prompt (greedy when ``temperature == 0``; nucleus ``top_p`` otherwise),
         stopped at <eos> or the budget."""
         tok = self.tokenizer
-        enc = tok(prompts, return_tensors="pt", padding=True, padding_side="left")
+        enc = tok(prompts, return_tensors="pt", padding=True, padding_side="left").to(next(model.parameters()).device)
         was_training = model.training
         model.eval()
         torch.manual_seed(seed)

@@ -81,6 +81,9 @@ class ObjectiveConfig(Digestible):
     # GEO section 5.1: keep this share of tokens in the OPD loss ("topkl" or "random"); 1.0 keeps all.
     token_keep: float = 1.0
     token_select: Literal["topkl", "random"] = "random"
+    # GEO section 5.1 "off-policy rollouts": who samples the OPD batch. "teacher": the teacher generates and
+    # the student is trained on its tokens with the same per-token objective (read by RolloutSource).
+    rollout_policy: Literal["student", "teacher"] = "student"
 
     def __post_init__(self) -> None:
         if self.name not in ("sft", "dft", "grpo", "opd"):

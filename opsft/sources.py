@@ -85,8 +85,12 @@ RewardFn = Callable[[object, str], float]
 class RolloutSource:
     """On-policy batches: ``prompts_per_step`` prompts x ``group_size`` samples from the current model.
 
-    Adds ``rewards`` and group-normalised ``advantages`` (B,), ``old_logp`` (B, T) of the sampling policy
-    and, with a teacher, ``teacher_logp`` (B, T); with a reference model, ``ref_logp``.
+    Adds ``rewards`` and group-normalised ``advantages`` (B,), ``old_logp`` (B, T) of the student before the
+    update and, with a teacher, ``teacher_logp`` (B, T); with a reference model, ``ref_logp``. With
+    ``objective.rollout_policy == "teacher"`` (GEO section 5.1, off-policy rollouts) the teacher samples and
+    the student is trained on the teacher's tokens: ``old_logp`` is then the student's own log-probability of
+    them, so the one update per batch has importance ratio 1 (GEO sets the clip to 1.0, "effectively
+    inactive"; here there is nothing to clip).
     """
 
     def __init__(
@@ -106,6 +110,10 @@ class RolloutSource:
     ):
         if objective.name == "opd" and teacher is None:
             raise ValueError("an OPD rollout source needs a teacher model")
+        if objective.rollout_policy not in ("student", "teacher"):
+            raise ValueError(f"ObjectiveConfig.rollout_policy must be student|teacher, got {objective.rollout_policy!r}")
+        if objective.rollout_policy == "teacher" and teacher is None:
+            raise ValueError("ObjectiveConfig.rollout_policy='teacher' needs a teacher model (an OPD objective)")
         if objective.beta_kl > 0 and reference is None:
             raise ValueError("ObjectiveConfig.beta_kl > 0 needs a reference model")
         self.examples, self.sampler, self.reward_fn = list(examples), sampler, reward_fn
@@ -122,7 +130,8 @@ class RolloutSource:
     def batch(self, model: torch.nn.Module, step: int) -> Batch:
         """Sample, score and lay out one on-policy batch."""
         chosen = self.prompts(step)
-        roll = self.sampler.sample(model, [e.prompt for e in chosen], self.group_size, self.temperature,
+        policy = self.teacher if self.objective.rollout_policy == "teacher" else model
+        roll = self.sampler.sample(policy, [e.prompt for e in chosen], self.group_size, self.temperature,
                                    self.max_new_tokens, step_seed(self.seed, step, 3))
         keys = [e.key for e in chosen for _ in range(self.group_size)]
         rewards = torch.tensor([self.reward_fn(k, t) for k, t in zip(keys, roll.texts, strict=True)])  # (B,)
@@ -148,13 +157,16 @@ class RolloutSource:
         return token_logprobs(logits, batch["input_ids"])  # (B, T)
 
     def _thin(self, batch: Batch, step: int) -> torch.Tensor:
-        """GEO section 5.1 token sparsification: keep ``token_keep`` of each sequence's completion tokens,
-        those of largest |teacher - student| log-probability gap (``topkl``) or a seeded random subset."""
+        """GEO section 5.1 / appendix G.2 token sparsification: keep ``token_keep`` of each sequence's
+        completion tokens (ceil, at least one): for ``topkl`` those of largest sampled-token gap
+        r_t = log pi_student(y_t) - log pi_teacher(y_t) ("where the student is most over-confident relative to
+        the teacher"), for ``random`` a seeded uniform subset. Dropped tokens leave the loss's token mean, which
+        renormalises the kept ones."""
         keep, mask = self.objective.token_keep, batch["mask"]
         if keep >= 1:
             return mask
         if self.objective.token_select == "topkl":
-            score = (batch["teacher_logp"] - batch["old_logp"]).abs()  # (B, T)
+            score = batch["old_logp"] - batch["teacher_logp"]  # (B, T)
         else:
             g = torch.Generator().manual_seed(step_seed(self.seed, step, 4))
             score = torch.rand(mask.shape, generator=g)

@@ -1,5 +1,8 @@
 """The training arms claim tests compare, built from the calibration's run settings so that arms shared
-between claims (the GRPO run that supplies v, the SFT baseline) are trained once."""
+between claims (the GRPO run that supplies v, the SFT baseline) are trained once.
+
+Each builder returns a new frozen RunConfig; the run cache trains each distinct config once.
+"""
 
 from __future__ import annotations
 
@@ -7,9 +10,18 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
+from ablations.calibration import GRID
 from ablations.claims import ROW, organism
 from opsft.calibrate import method_config
 from opsft.config import ConstraintConfig, RunConfig
+
+# OPSFT Table 2 trains SFT and DFT for 700 steps against GRPO's 100 (and OPSFT's 50 GRPO + 100 constrained
+# steps); Table 3 continues a GRPO model for another 700 steps. On the organism, GRPO runs the scale's
+# `steps`, so SFT and DFT run this many times as long.
+PAPER_SFT_STEPS_PER_GRPO_STEP = 7
+
+# GEO section 4.2: "V_16 is extracted from the top right of Delta W_t around 20% training progress".
+PROJECTION_START = 0.2
 
 
 def baseline(method: str, scale: Mapping[str, Any], seed: int, row: Mapping[str, Any] = ROW) -> RunConfig:
@@ -19,6 +31,61 @@ def baseline(method: str, scale: Mapping[str, Any], seed: int, row: Mapping[str,
 
 def constrained(sft: RunConfig, source: RunConfig, mode: str, **options: Any) -> RunConfig:
     """``sft`` under constraint ``mode`` with v from ``source`` at half its steps: the OPSFT efficiency
-    recipe fixes v after 50 of 100 GRPO steps (OPSFT Table 2)."""
-    return dataclasses.replace(sft, constraint=ConstraintConfig(mode=mode, direction_run=source,
-                                                                direction_step=source.steps // 2, **options))
+    recipe fixes v after 50 of 100 GRPO steps (OPSFT Table 2). ``options`` go to ConstraintConfig; an
+    explicit ``direction_step`` overrides the half (None: ``source``'s final weights)."""
+    options = {"direction_step": source.steps // 2, **options}
+    return dataclasses.replace(sft, constraint=ConstraintConfig(mode=mode, direction_run=source, **options))
+
+
+def lengthened(config: RunConfig, factor: int) -> RunConfig:
+    """``config`` trained ``factor`` times as many steps, its snapshots at the same fractions of the run."""
+    if factor < 1:
+        raise ValueError(f"lengthened: factor must be >= 1, got {factor}")
+    return dataclasses.replace(config, steps=config.steps * factor,
+                               snapshot_steps=tuple(s * factor for s in config.snapshot_steps))
+
+
+def with_objective(config: RunConfig, name: str) -> RunConfig:
+    """``config`` with another loss on the same batches (e.g. ``"dft"`` on SFT's teacher trajectories)."""
+    return dataclasses.replace(config, objective=dataclasses.replace(config.objective, name=name))
+
+
+def on_family(config: RunConfig, family: str) -> RunConfig:
+    """``config`` drawing its problems (prompts or trajectories) from task family ``family``."""
+    return dataclasses.replace(config, source=dataclasses.replace(config.source, family=family))
+
+
+def continued(config: RunConfig, start: RunConfig) -> RunConfig:
+    """``config`` started from the final weights of ``start`` instead of the organism's base."""
+    return dataclasses.replace(config, init=start)
+
+
+def split_at(config: RunConfig, fraction: float) -> tuple[RunConfig, RunConfig]:
+    """``(prefix, window)``: the first ``max(1, round(fraction * steps))`` steps of ``config`` as a run of
+    their own, and the remaining steps as a run continued from the prefix's final weights (fresh optimizer
+    state). Two arms trained over the same window from the same prefix are compared on matched windows."""
+    start = max(1, round(fraction * config.steps))
+    if not 0 < fraction < 1 or start >= config.steps:
+        raise ValueError(f"split_at: fraction {fraction} leaves no window in a run of {config.steps} steps")
+    prefix = dataclasses.replace(config, steps=start, snapshot_steps=())
+    window = dataclasses.replace(config, init=prefix, steps=config.steps - start,
+                                 snapshot_steps=tuple(s - start for s in config.snapshot_steps if s > start))
+    return prefix, window
+
+
+def grid_rows(scale_name: str, scale: Mapping[str, Any]) -> tuple[Mapping[str, Any], ...]:
+    """The calibration rows (precision x learning rates) a sweep trains at this scale: ``ROW`` alone at
+    ``smoke`` (kept tiny), otherwise every row of the grid for the scale's organism (on micro: fp32 masters
+    and pure bf16, each at two learning rates)."""
+    if scale_name == "smoke":
+        return (ROW,)
+    rows = tuple(row for row in GRID if row["organism"] == organism(scale))
+    if not rows:
+        raise ValueError(f"scale {scale_name!r}: no calibration row trains organism {organism(scale)!r}")
+    return rows
+
+
+def row_label(row: Mapping[str, Any]) -> str:
+    """A short arm suffix naming a calibration row, e.g. ``fp32_lr1e-05`` (its SFT learning rate); empty for
+    ``ROW``, the setting every claim trains at, so that its arms keep the registry's names."""
+    return "" if row == ROW else f"_{row['precision']}_lr{row['lr_sft']:.0e}"

@@ -1,19 +1,26 @@
-"""Measurements that claim tests share, built on the diagnostics and the calibration's scoring."""
+"""Measurements that claim tests share, built on the diagnostics, the evaluators and the calibration's scoring."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import statistics
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
 import torch
 from transformers import PreTrainedTokenizerBase
 
 from opsft.calibrate import score
 from opsft.checkpoints import iter_tensors
-from opsft.diagnostics import endpoint_summary, trajectory_summary, update_cosines
+from opsft.diagnostics import endpoint_summary, trajectory_summary, update_cosines, update_locations
+from opsft.directions import Direction
+from opsft.evals.generation import Sampling
+from opsft.evals.suite import SUITES, Suite, evaluate
+from opsft.organism import tasks
+from opsft.organism.accuracy import MAX_NEW_TOKENS, accuracy
 from opsft.runs import RunResult
 
 ACCURACIES = ("in_domain", "train_set", "held_out_mean")
@@ -75,10 +82,20 @@ def direction_consistency(result: RunResult) -> dict[str, float]:
     out = {}
     for level, suffix in (("global", ""), ("matrix", "_matrix")):
         interval, final = cos["interval"][level], cos["final_cumulative"][level]  # matrix: None/[] without matrices
-        consecutive = [interval[i][i + 1] for i in range(len(interval) - 1)] if interval else []
+        consecutive = _consecutive(interval)
         out[f"interval_cos{suffix}"] = statistics.fmean(consecutive) if consecutive else math.nan
         out[f"cumulative_cos{suffix}"] = final[0] if final else math.nan
     return out
+
+
+def _consecutive(cosines: Sequence[Sequence[float]] | None) -> list[float]:
+    """The entries C[i][i+1] of a cosine matrix between consecutive updates (empty for no matrix)."""
+    return [cosines[i][i + 1] for i in range(len(cosines) - 1)] if cosines else []
+
+
+def _trajectory_means(result: RunResult) -> dict[str, list[float]]:
+    """``trajectory_summary`` means over layer matrices of the cumulative update at each stage after step 0."""
+    return trajectory_summary(stage_snapshots(result))["mean"]
 
 
 def _log_ratio(last: float, first: float) -> float:
@@ -95,7 +112,7 @@ def low_dim_band(result: RunResult) -> dict[str, float]:
     final): ``stable_rank_log_change`` and ``hill_log_change``, log(last / first) of the mean stable rank and
     of the mean Hill tail index (top half of the singular values, ``default_hill_k``); ``frobenius``, the
     mean ||dW_T||_F at the end; and the first / last values themselves."""
-    mean = trajectory_summary(stage_snapshots(result))["mean"]
+    mean = _trajectory_means(result)
     rank, hill, fro = mean["stable_rank"], mean["hill_index"], mean["frobenius_norm"]
     return {
         "stable_rank_log_change": _log_ratio(rank[-1], rank[0]),
@@ -122,3 +139,180 @@ def early_subspace(result: RunResult) -> dict[str, float]:
         "mid_similarity": sim[(len(sim) - 1) // 2],
         "first_similarity_random": statistics.fmean(chance) if chance else math.nan,
     }
+
+
+# ---------------------------------------------------------------- OPSFT Fig 6 and GEO Fig 7 series (C12, C20)
+
+
+def update_behaviour(result: RunResult) -> dict[str, list[float]]:
+    """OPSFT Fig 6 series of a run over ``stage_snapshots`` (claim C12), locations bf16-visible (GEO 3.1):
+    ``sparsity``, 1 - |M_t| / n of the cumulative update theta_t - theta_0 at each stage t after step 0;
+    ``jaccard``, |M_i & M_{i-1}| / |M_i | M_{i-1}| of consecutive interval-update locations (i = 2..T);
+    ``cosine``, the matrix-level cosines (``update_cosines``, averaged over layer matrices) of consecutive
+    interval updates cos(d_i, d_{i+1}), followed by those of each cumulative update with the final one."""
+    snapshots = stage_snapshots(result)
+    locations, cos = update_locations(snapshots), update_cosines(snapshots)
+    return {
+        "sparsity": locations["cumulative"]["sparsity"],
+        "jaccard": locations["interval"]["jaccard_previous"][1:],
+        "cosine": _consecutive(cos["interval"]["matrix"]) + list(cos["final_cumulative"]["matrix"][:-1]),
+    }
+
+
+def stable_rank_curve(result: RunResult) -> list[float]:
+    """GEO Fig 7's quantity (claim C20): the mean over layer matrices of the stable rank
+    ||dW_t||_F^2 / ||dW_t||_2^2 of the cumulative update dW_t = W_t - W_0 at each stage after step 0."""
+    return _trajectory_means(result)["stable_rank"]
+
+
+def _paired(series: Sequence[float], reference: Sequence[float]) -> None:
+    """A ValueError unless both series are non-empty and of one length (stage by stage)."""
+    if not series or len(series) != len(reference):
+        raise ValueError(f"series of lengths {len(series)} and {len(reference)}: need equal, non-zero lengths")
+
+
+def log_gap(series: Sequence[float], reference: Sequence[float]) -> float:
+    """mean_i |log x_i - log r_i|: how far a positive series stays from a reference, scale-free (C20); NaN
+    when any value is not positive."""
+    _paired(series, reference)
+    if not all(x > 0 for x in (*series, *reference)):
+        return math.nan
+    return statistics.fmean(abs(math.log(x) - math.log(r)) for x, r in zip(series, reference, strict=True))
+
+
+def closer_to(series: Sequence[float], reference: Sequence[float], other: Sequence[float]) -> float:
+    """mean_i |x_i - o_i| - mean_i |x_i - r_i|: positive when ``series`` stays closer to ``reference`` than to
+    ``other`` stage by stage (C12, C13: OPSFT against GRPO and SFT); NaN propagates."""
+    _paired(series, reference)
+    _paired(series, other)
+    return (statistics.fmean(abs(x - o) for x, o in zip(series, other, strict=True))
+            - statistics.fmean(abs(x - r) for x, r in zip(series, reference, strict=True)))
+
+
+def relative_gap(series: Sequence[float], reference: Sequence[float]) -> float:
+    """mean_i (x_i - r_i) / r_i, the mean relative difference stage by stage (C13's response length)."""
+    _paired(series, reference)
+    return statistics.fmean((x - r) / r for x, r in zip(series, reference, strict=True))
+
+
+# ---------------------------------------------------------------- the evaluators' suites (C10, C11, C13)
+
+GREEDY = Sampling(k=1, temperature=0.0, max_new_tokens=MAX_NEW_TOKENS)
+# The test-problem draw of ``opsft.calibrate.score``, so that every claim scores the same held-out problems.
+TEST_DRAW = 1
+# OPSFT Fig 7's four quantities: name -> the metric of ``opsft.evals.suite.math_family_rows``.
+BEHAVIOUR_METRICS = {"length": "response_length", "acc_std": "accuracy_std",
+                     "case_split": "case_split_per_1k_words", "logic_cue": "logical_per_1k_words"}
+
+
+def frame_value(frame: pd.DataFrame, task: str, metric: str) -> float:
+    """The one value of ``metric`` for ``task`` in an ``opsft.evals.suite.evaluate`` frame (KeyError otherwise)."""
+    hit = frame.loc[(frame["task"] == task) & (frame["metric"] == metric), "value"]
+    if len(hit) != 1:
+        raise KeyError(f"evaluation frame holds {len(hit)} rows for task {task!r}, metric {metric!r}")
+    return float(hit.iloc[0])
+
+
+def _suite(scale: Mapping[str, Any], **fields: Any) -> Suite:
+    """An evaluation suite of the scale's size (``eval_n`` problems per family) that runs only ``fields``."""
+    return Suite(**{"math_families": (), "code_family": None, "held_out": (), "n": scale["eval_n"],
+                    "sampling": GREEDY, "seed": TEST_DRAW, **fields})
+
+
+def ood_accuracies(model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase,
+                   scale: Mapping[str, Any]) -> dict[str, float]:
+    """OPSFT Table 1 on the organism (claim C10): accuracy (%) on each held-out ability family
+    (``tasks.HELD_OUT``: six families, as Table 1 has six tasks) through lm-eval, generation tasks greedy (one
+    sample: math-verify, or exact match for ``format``), multiple choice by log-likelihood (``acc``); and
+    ``ood_mean``, their unweighted mean (Table 1's "Mean")."""
+    frame = evaluate(model.float(), tokenizer, _suite(scale, held_out=tasks.HELD_OUT))
+    out = {}
+    for family in tasks.HELD_OUT:
+        task = f"organism_{family}"
+        metric = "acc" if ((frame["task"] == task) & (frame["metric"] == "acc")).any() else "avg_at_k"
+        out[family] = 100 * frame_value(frame, task, metric)
+    out["ood_mean"] = statistics.fmean(out[f] for f in tasks.HELD_OUT)
+    return out
+
+
+def code_accuracies(model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase, scale: Mapping[str, Any],
+                    n_train: int) -> dict[str, float]:
+    """The organism's code family (claim C11; its Eurus) scored through evalplus, greedy: ``in_domain``, the
+    share (%) of held-out code problems whose program passes the base and the extra "plus" tests (the
+    EvalPlus "+" score); ``base_tests``, the share passing the problems' own tests only; ``train_set``, greedy
+    accuracy (%) on the first ``n_train`` training problems (the organism's verifier; X06's fit)."""
+    frame = evaluate(model.float(), tokenizer, _suite(scale, code_family="code"))
+    train = tasks.generate("code", "train", min(scale["eval_n"], n_train), 0, at_most=True)
+    return {"in_domain": 100 * frame_value(frame, "code", "plus_avg_at_k"),
+            "base_tests": 100 * frame_value(frame, "code", "base_avg_at_k"),
+            "train_set": 100 * accuracy(model, tokenizer, train)}
+
+
+def behaviour_curves(result: RunResult, tokenizer: PreTrainedTokenizerBase, scale_name: str,
+                     scale: Mapping[str, Any]) -> dict[str, list[float]]:
+    """OPSFT Fig 7 over training (claim C13): at each stage after step 0, k completions (the evaluation
+    suite's sampling at this scale: temperature 1, k = 2 / 4 / 8 at smoke / ci / full) for ``eval_n`` held-out
+    problems of the run's own family, and the four ``BEHAVIOUR_METRICS``: mean response length (tokens), the
+    std over sample slots of accuracy, and case-split and logical cues per 1k words (``opsft.evals.behaviour``)."""
+    family = result.config.source.family
+    sampling = dataclasses.replace(SUITES[scale_name].sampling, max_new_tokens=MAX_NEW_TOKENS)
+    suite = _suite(scale, math_families=(family,), sampling=sampling)
+    curves: dict[str, list[float]] = {name: [] for name in BEHAVIOUR_METRICS}
+    for step in stage_steps(result)[1:]:
+        frame = evaluate(result.load_model(step).float(), tokenizer, suite)
+        for name, metric in BEHAVIOUR_METRICS.items():
+            curves[name].append(frame_value(frame, family, metric))
+    return curves
+
+
+# ---------------------------------------------------------------- steps to an accuracy (X03)
+
+
+def steps_to_reach(curve: Mapping[int, float], target: float) -> int | None:
+    """The first step (in step order) whose accuracy is at least ``target``; None when none is."""
+    return next((step for step in sorted(curve) if curve[step] >= target), None)
+
+
+def speedup(reference: Mapping[int, float], faster: Mapping[int, float]) -> float:
+    """EffOPD's acceleration (X03): with target = ``reference``'s accuracy at its last step, steps_ref / steps_fast,
+    each the first step of its curve (``{step: accuracy}``, the same steps) reaching the target. When ``faster``
+    never reaches it within the last step T, its steps exceed T and steps_ref / T is returned, an upper bound."""
+    if sorted(reference) != sorted(faster) or not reference:
+        raise ValueError(f"curves over different steps: {sorted(reference)} vs {sorted(faster)}")
+    target, last = reference[max(reference)], max(reference)
+    fast = steps_to_reach(faster, target)
+    return steps_to_reach(reference, target) / (fast if fast is not None else last)
+
+
+# ---------------------------------------------------------------- one computation from two sources (X04)
+
+
+def sign_agreement(a: Direction, b: Direction) -> float:
+    """Share of entries on which two directions hold the same sign, over the union of their tensors (a tensor
+    one of them lacks, or of another shape, counts as disagreeing everywhere)."""
+    agree = total = 0
+    for name in sorted(set(a.signs) | set(b.signs)):
+        sa, sb = a.signs.get(name), b.signs.get(name)
+        if sa is not None and sb is not None and sa.shape == sb.shape:
+            agree += int((sa == sb).sum())
+        total += max(t.numel() for t in (sa, sb) if t is not None)
+    return agree / total if total else math.nan
+
+
+def largest_difference(a: Any, b: Any, path: str = "") -> float:
+    """The largest |x - y| over the numbers of two nested results of one structure (dicts, lists, numbers;
+    strings must be equal; two NaN agree). A ValueError names the first place where the structures differ."""
+    if isinstance(a, Mapping) and isinstance(b, Mapping):
+        if set(a) != set(b):
+            raise ValueError(f"{path or 'result'}: keys differ: {sorted(set(a) ^ set(b))}")
+        return max((largest_difference(a[k], b[k], f"{path}.{k}") for k in a), default=0.0)
+    if isinstance(a, list | tuple) and isinstance(b, list | tuple):
+        if len(a) != len(b):
+            raise ValueError(f"{path or 'result'}: lengths differ: {len(a)} vs {len(b)}")
+        return max((largest_difference(x, y, f"{path}[{i}]") for i, (x, y) in enumerate(zip(a, b, strict=True))),
+                   default=0.0)
+    if isinstance(a, int | float) and isinstance(b, int | float):
+        return 0.0 if a == b or (math.isnan(a) and math.isnan(b)) else abs(a - b)
+    if a != b:
+        raise ValueError(f"{path or 'result'}: {a!r} != {b!r}")
+    return 0.0

@@ -1,0 +1,29 @@
+"""C06 (OPSFT Table 3): "After 100 GRPO steps, another 700 steps on DeepMath trajectories pull the larger models
+down if the update is unconstrained. Qwen3-8B goes from 40.31 to 37.50 under SFT and to 42.39 under OPSFT";
+OPSFT applies the new trajectories "along the original v, so ordinary SFT does not wash out the on-policy
+skill".
+
+Both continued arms start from the final weights of the calibration's GRPO run (S = the scale's steps, the
+paper's 100) and train 7 S steps (the paper's 700 : 100, ``PAPER_SFT_STEPS_PER_GRPO_STEP``) on the SFT
+run's teacher trajectories at its learning rate: ``sft_cont`` unconstrained, ``opsft_cont`` under the sign
+of the whole GRPO update (base -> GRPO's final weights, the "original v").
+"""
+
+import pytest
+
+from opsft.claims.arms import PAPER_SFT_STEPS_PER_GRPO_STEP, baseline, constrained, continued, lengthened
+from opsft.claims.measure import accuracies
+from opsft.organism.build import build_organism
+
+
+@pytest.mark.claim("C06")
+def test_claim_continued_training(claim, seed):
+    """Held-out accuracy of the GRPO model, and of SFT and OPSFT continued from it."""
+    grpo, sft = baseline("grpo", claim.scale, seed), baseline("sft", claim.scale, seed)
+    sft_cont = continued(lengthened(sft, PAPER_SFT_STEPS_PER_GRPO_STEP), grpo)
+    arms = {"grpo": grpo, "sft_cont": sft_cont,
+            "opsft_cont": constrained(sft_cont, grpo, "sign", direction_step=None)}
+    org = build_organism(sft.organism)
+    for arm, cfg in arms.items():
+        measured = claim.record(arm, seed, **accuracies(claim.run(cfg).load_model(), org.tokenizer, claim.scale))
+        assert all(0 <= v <= 100 for v in measured.values()), f"{arm}: accuracy outside [0, 100]: {measured}"

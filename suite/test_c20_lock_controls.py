@@ -1,0 +1,42 @@
+"""C20 (GEO section 5, Fig 7): "Token sparsification and off-policy rollouts preserve the OPD rank trajectory,
+changing update scale at most. In contrast, objective-level interpolation exposes a boundary of the locked
+regime": "OPD-dominant mixtures retain the OPD-like stable-rank trajectory. When the OPD component becomes weak,
+the trajectory no longer follows the baseline."
+
+Each variant changes one factor of the calibration's OPD run (GEO appendix G.2): top-KL or random token
+retention at 25% / 50% (``token_keep``, ``token_select``), teacher-sampled rollouts (``rollout_policy``), or
+the advantage alpha * OPD + (1 - alpha) * GRPO at alpha 0.75 / 0.01 (``opd_alpha``). ``trajectory_gap`` is
+mean_t |log sr_variant(t) - log sr_OPD(t)| over the stages after step 0, sr the mean stable rank of the
+cumulative update over layer matrices.
+"""
+
+import dataclasses
+
+import pytest
+
+from opsft.claims.arms import baseline
+from opsft.claims.measure import log_gap, stable_rank_curve
+
+VARIANTS = {
+    "topkl_25": {"token_keep": 0.25, "token_select": "topkl"},
+    "topkl_50": {"token_keep": 0.5, "token_select": "topkl"},
+    "random_25": {"token_keep": 0.25, "token_select": "random"},
+    "random_50": {"token_keep": 0.5, "token_select": "random"},
+    "off_policy": {"rollout_policy": "teacher"},
+    "alpha_075": {"opd_alpha": 0.75},
+    "alpha_001": {"opd_alpha": 0.01},
+}
+
+
+@pytest.mark.claim("C20")
+def test_claim_lock_controls(claim, seed):
+    """Token thinning and off-policy rollouts stay within the registered log-gap of OPD's stable-rank
+    trajectory; alpha = 0.01 departs from it further than alpha = 0.75."""
+    opd = baseline("opd", claim.scale, seed)
+    reference = stable_rank_curve(claim.run(opd))
+    claim.record("opd", seed, stable_rank_last=reference[-1])
+    for arm, change in VARIANTS.items():
+        variant = dataclasses.replace(opd, objective=dataclasses.replace(opd.objective, **change))
+        curve = stable_rank_curve(claim.run(variant))
+        measured = claim.record(arm, seed, trajectory_gap=log_gap(curve, reference), stable_rank_last=curve[-1])
+        assert not measured["trajectory_gap"] < 0, f"{arm}: a negative gap"

@@ -1,0 +1,68 @@
+"""The arm builders claim tests share (``opsft.claims.arms``): what each changes, and what it keeps."""
+
+import dataclasses
+
+import pytest
+
+from ablations.calibration import SCALES
+from ablations.claims import ROW
+from opsft.claims.arms import (
+    baseline,
+    constrained,
+    continued,
+    grid_rows,
+    lengthened,
+    on_family,
+    row_label,
+    split_at,
+    with_objective,
+)
+
+FULL = SCALES["full"]
+
+
+def test_constrained_takes_v_at_half_the_source_unless_told():
+    grpo, sft = baseline("grpo", FULL, 0), baseline("sft", FULL, 0)
+    assert constrained(sft, grpo, "sign").constraint.direction_step == grpo.steps // 2
+    final = constrained(sft, grpo, "sign", direction_step=None, reset_moments=True).constraint
+    assert final.direction_step is None and final.reset_moments and final.direction_run == grpo
+
+
+def test_lengthened_keeps_snapshots_at_the_same_fractions():
+    sft = baseline("sft", FULL, 0)
+    long = lengthened(sft, 7)
+    assert long.steps == 7 * sft.steps
+    assert [s / long.steps for s in long.snapshot_steps] == [s / sft.steps for s in sft.snapshot_steps]
+    with pytest.raises(ValueError, match="factor"):
+        lengthened(sft, 0)
+
+
+def test_one_field_builders_change_only_their_field():
+    sft, grpo = baseline("sft", FULL, 0), baseline("grpo", FULL, 0)
+    assert with_objective(sft, "dft") == dataclasses.replace(sft, objective=dataclasses.replace(sft.objective, name="dft"))
+    assert on_family(grpo, "code").source == dataclasses.replace(grpo.source, family="code")
+    assert continued(sft, grpo) == dataclasses.replace(sft, init=grpo)
+
+
+def test_split_at_covers_the_run_with_a_prefix_and_a_window_from_it():
+    opd = baseline("opd", FULL, 0)
+    prefix, window = split_at(opd, 0.2)
+    assert (prefix.steps, window.steps) == (20, 80)
+    assert window.init == prefix and prefix.init == opd.init
+    assert window.snapshot_steps == tuple(s - 20 for s in opd.snapshot_steps)
+    assert dataclasses.replace(window, init=opd.init, steps=opd.steps, snapshot_steps=opd.snapshot_steps) == opd
+    assert split_at(dataclasses.replace(opd, steps=4, snapshot_steps=()), 0.2)[0].steps == 1  # at least one step
+    for bad in (0.0, 1.0):
+        with pytest.raises(ValueError, match="no window"):
+            split_at(opd, bad)
+
+
+def test_grid_rows_sweep_the_organisms_rows_except_at_smoke():
+    assert grid_rows("smoke", SCALES["smoke"]) == (ROW,)
+    rows = grid_rows("full", FULL)
+    assert ROW in rows and {r["precision"] for r in rows} == {"fp32", "bf16"}
+    assert len({(r["precision"], r["lr_sft"]) for r in rows}) == len(rows) == 4
+    assert row_label(ROW) == ""
+    labels = [row_label(r) for r in rows if r != ROW]
+    assert len(set(labels)) == 3 and not any("." in label for label in labels)
+    assert row_label({"precision": "bf16", "lr_sft": 3e-5}) == "_bf16_lr3e-05"

@@ -22,7 +22,14 @@ every rank.
 
 Cost: four tensors per constrained parameter (the two gradient bounds, the two weight bounds of the
 current step), precomputed or preallocated; each step runs one fused elementwise clamp or subtraction per
-tensor and pass (no Python work per element): four extra passes over the weights' memory.
+tensor and pass (no Python work per element): four extra passes over the weights' memory, 56 bytes per
+fp32 weight. That is about twice what any hook pair must move (read and write g, keep a copy of theta_old,
+read and write theta: ~29 bytes), and about as much as a whole fused AdamW step (28 bytes), so the hooks
+cannot cost a few percent of the optimizer step; only of a training step whose forward and backward
+dominate. The optimizer's own cost also changes: masked weights keep exact-zero second moments, and
+torch's for-loop and foreach Adam/AdamW take their square root with MKL VML, whose special-value path
+makes sqrt(0) over 10x slower than sqrt of a positive number (measured in results/perf.md).
+``torch.optim.AdamW(..., fused=True)`` computes the square root without VML and has no such cost.
 """
 
 from __future__ import annotations
@@ -37,6 +44,7 @@ from torch.utils.hooks import RemovableHandle
 from opsft import masks as mask_lib
 from opsft.checkpoints import WeightSource, iter_tensors
 from opsft.directions import Direction
+from opsft.distributed.layout import replicate_as, shard_as
 
 MODES: tuple[str, ...] = (
     "none", "sign", "location", "random-sign", "random-location", "flipped", "sign-update", "subspace"
@@ -85,8 +93,8 @@ def grad_bounds(mask: torch.Tensor, dtype: torch.dtype, device: torch.device) ->
     (int8 signs: sign mask; bool: location mask)."""
     mask = mask.to(device)
     up, down = (mask > 0, mask < 0) if mask.dtype != torch.bool else (mask, mask)
-    glo = torch.zeros(mask.shape, dtype=dtype, device=device).masked_fill_(up, -math.inf)  # -U
-    ghi = torch.zeros(mask.shape, dtype=dtype, device=device).masked_fill_(down, math.inf)  # -L
+    glo = torch.zeros_like(mask, dtype=dtype).masked_fill_(up, -math.inf)  # -U
+    ghi = torch.zeros_like(mask, dtype=dtype).masked_fill_(down, math.inf)  # -L
     return glo, ghi
 
 
@@ -97,7 +105,7 @@ class MaskConstraint:
                  mask_grad: bool = True, reset_moments: bool = False) -> None:
         self.names = list(params)
         self.params = [params[n] for n in self.names]
-        bounds = [grad_bounds(masks[n], p.dtype, p.device) for n, p in zip(self.names, self.params, strict=True)]
+        bounds = [grad_bounds(shard_as(masks[n], p), p.dtype, p.device) for n, p in zip(self.names, self.params, strict=True)]
         self.glo = [b[0] for b in bounds]
         self.ghi = [b[1] for b in bounds]
         self.lo = [torch.empty_like(p) for p in self.params]
@@ -193,7 +201,7 @@ class SubspaceConstraint:
                     f"subspace basis {name!r} has shape {list(basis.shape)}; parameter shape {list(p.shape)} "
                     f"needs [{p.shape[-1]}, K]"
                 )
-            self.pairs.append((p, basis[:, :rank].to(device=p.device, dtype=p.dtype).contiguous()))
+            self.pairs.append((p, replicate_as(basis[:, :rank].to(device=p.device, dtype=p.dtype).contiguous(), p)))
 
     @torch.no_grad()
     def pre_step(self, *_: Any) -> None:

@@ -33,9 +33,12 @@ class NonFiniteLossError(RuntimeError):
 
 
 def make_optimizer(model: torch.nn.Module, cfg: OptimConfig) -> torch.optim.AdamW:
-    """AdamW over every trainable parameter with the config's betas, eps and weight decay."""
+    """AdamW over every trainable parameter with the config's betas, eps and weight decay; the fused kernel
+    (2-4x faster on CPU than the default, and it takes sqrt(0) off MKL's slow special-value path that a sign
+    mask's exact-zero second moments would hit every step; see ``opsft.constraints``)."""
     params = [p for p in model.parameters() if p.requires_grad]
-    return torch.optim.AdamW(params, lr=cfg.lr, betas=cfg.betas, eps=cfg.eps, weight_decay=cfg.weight_decay)
+    return torch.optim.AdamW(params, lr=cfg.lr, betas=cfg.betas, eps=cfg.eps, weight_decay=cfg.weight_decay,
+                             fused=True)
 
 
 def make_scheduler(optimizer: torch.optim.Optimizer, cfg: OptimConfig, steps: int) -> torch.optim.lr_scheduler.LambdaLR:

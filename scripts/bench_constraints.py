@@ -2,7 +2,10 @@
 
 1. The sign-constrained optimizer step against the plain AdamW step, on the ``micro`` organism and on a
    ~100M-parameter stack of Linear layers: the optimizer step alone, and a whole training step
-   (forward + backward + step). Plain and constrained runs alternate; medians are reported.
+   (forward + backward + step), for each of torch's AdamW implementations (for-loop, foreach, fused).
+   Plain and constrained runs alternate; medians are reported. Beside it, aten::sqrt on positive values
+   and on exact zeros: masked weights keep exact-zero second moments, and the for-loop and foreach AdamW
+   take their square root every step.
 2. Direction extraction on a pair of sharded safetensors checkpoints (~1 GB together) against a plain
    safetensors read of both.
 3. Bytes per parameter of the stored direction, int8 and 2-bit packed.
@@ -55,11 +58,20 @@ def timed(fn: Callable[[], None]) -> float:
     return time.perf_counter() - start
 
 
+ADAMW_IMPLEMENTATIONS: dict[str, dict[str, bool]] = {
+    "for-loop": {"foreach": False},  # torch's default on CPU, what opsft.train.make_optimizer builds
+    "foreach": {"foreach": True},
+    "fused": {"fused": True},
+}
+
+
 def step_ratio(build: Callable[[], torch.nn.Module], batch: Callable[[torch.nn.Module], torch.Tensor],
-               repeats: int) -> dict[str, float]:
-    """Median seconds of the plain and the sign-constrained AdamW step (alone, and with forward/backward)."""
+               repeats: int, implementation: str) -> dict[str, float]:
+    """Median seconds of the plain and the sign-constrained AdamW step (alone, and with forward/backward),
+    both with the AdamW ``implementation`` named in ADAMW_IMPLEMENTATIONS."""
     models = [build() for _ in range(2)]
-    opts = [torch.optim.AdamW(m.parameters(), lr=1e-5, weight_decay=0.1, foreach=True) for m in models]
+    opts = [torch.optim.AdamW(m.parameters(), lr=1e-5, weight_decay=0.1, **ADAMW_IMPLEMENTATIONS[implementation])
+            for m in models]
     rule = constrain(opts[1], models[1], random_direction(models[1]), mode="sign").rule
     x = batch(models[0])
 
@@ -80,6 +92,14 @@ def step_ratio(build: Callable[[], torch.nn.Module], batch: Callable[[torch.nn.M
     med = {k: statistics.median(v) for k, v in times.items()}
     med["params"] = sum(p.numel() for p in models[0].parameters())
     return med
+
+
+def sqrt_seconds(numel: int, repeats: int) -> dict[str, float]:
+    """Median seconds of aten::sqrt over ``numel`` fp32 values that are all positive, and all exact zeros."""
+    out = torch.empty(numel)
+    inputs = {"sqrt_positive": torch.rand(numel) + 0.5, "sqrt_zeros": torch.zeros(numel)}
+    return {name: statistics.median(timed(lambda x=x: torch.sqrt(x, out=out)) for _ in range(repeats))
+            for name, x in inputs.items()}
 
 
 def write_checkpoint(state: dict[str, torch.Tensor], folder: Path, shards: int) -> None:
@@ -136,27 +156,34 @@ def provenance() -> str:
             f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores, {time.strftime('%Y-%m-%d %H:%M')}")
 
 
-def render(steps: dict[str, dict[str, float]], ext: dict[str, float], header: str) -> str:
+def render(steps: dict[tuple[str, str], dict[str, float]], sqrt: dict[str, float], ext: dict[str, float],
+           header: str) -> str:
+    numel = int(sqrt["numel"])
     lines = [
-        "Sign-constrained AdamW (wd 0.1, foreach) against plain AdamW; medians over alternating repeats. "
-        "'hooks alone' times the pre- and post-step hooks by themselves (4 elementwise passes per weight); "
-        "'AdamW part of sign step' is the constrained step minus the hooks: AdamW itself on the masked "
-        "gradients, compared with 'plain step' on dense ones.",
+        "Sign-constrained AdamW (wd 0.1) against plain AdamW with the same implementation; medians over "
+        "alternating repeats. 'hooks alone' times the pre- and post-step hooks by themselves (4 elementwise "
+        "passes per weight); 'AdamW part of sign step' is the constrained step minus the hooks: AdamW itself "
+        "on the masked gradients, compared with 'plain step' on dense ones.",
         f"{header}",
         "",
-        "| model | params | plain step (ms) | sign step (ms) | ratio | hooks alone (ms) | hooks / plain step "
+        "| model | params | AdamW | plain step (ms) | sign step (ms) | ratio | hooks alone (ms) | hooks / plain step "
         "| AdamW part of sign step (ms) | plain train step (ms) | sign train step (ms) | ratio |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
-    for name, r in steps.items():
+    for (name, implementation), r in steps.items():
         lines.append(
-            f"| {name} | {r['params'] / 1e6:.2f}M | {1e3 * r['opt_plain']:.2f} | {1e3 * r['opt_sign']:.2f} | "
+            f"| {name} | {r['params'] / 1e6:.2f}M | {implementation} | {1e3 * r['opt_plain']:.2f} | "
+            f"{1e3 * r['opt_sign']:.2f} | "
             f"{r['opt_sign'] / r['opt_plain']:.2f} | {1e3 * r['hooks']:.2f} | {r['hooks'] / r['opt_plain']:.2f} | "
             f"{1e3 * (r['opt_sign'] - r['hooks']):.2f} | {1e3 * r['train_plain']:.1f} | {1e3 * r['train_sign']:.1f} | "
             f"{r['train_sign'] / r['train_plain']:.3f} |"
         )
     gb = ext["bytes"] / 1e9
     lines += [
+        "",
+        f"aten::sqrt over {numel} fp32 values (masked weights keep exact-zero second moments): "
+        f"all positive {1e3 * sqrt['sqrt_positive']:.2f} ms, all exact zeros {1e3 * sqrt['sqrt_zeros']:.2f} ms "
+        f"({sqrt['sqrt_zeros'] / sqrt['sqrt_positive']:.1f}x).",
         "",
         f"Direction extraction, two sharded fp32 checkpoints of {gb / 2:.2f} GB each ({ext['params'] / 1e6:.0f}M "
         "params), page cache warm:",
@@ -180,15 +207,18 @@ def main() -> None:
     args = parser.parse_args()
     width, depth, repeats, total = (256, 4, 3, 2**24) if args.quick else (2048, 24, 7, 2**30)
     tokens = build_model("micro").config.vocab_size
-    steps = {
-        "micro organism (batch 32 x 64 tokens)": step_ratio(
+    models = {
+        "micro organism (batch 32 x 64 tokens)": (
             lambda: build_model("micro"), lambda m: torch.randint(0, tokens, (32, 64)), repeats * 4),
-        f"Linear stack {depth} x {width} (batch 64)": step_ratio(
+        f"Linear stack {depth} x {width} (batch 64)": (
             lambda: linear_stack(width, depth), lambda m: torch.randn(64, width), repeats),
     }
+    steps = {(name, implementation): step_ratio(build, batch, n, implementation)
+             for name, (build, batch, n) in models.items() for implementation in ADAMW_IMPLEMENTATIONS}
+    sqrt = {"numel": 2**22, **sqrt_seconds(2**22, repeats * 3)}
     with tempfile.TemporaryDirectory() as tmp:
         ext = extraction(total, Path(tmp))
-    body = render(steps, ext, provenance())
+    body = render(steps, sqrt, ext, provenance())
     print(body)
     if not args.quick:
         update_markdown_section(args.out, "constraints", body)

@@ -16,6 +16,8 @@ OPTIMIZERS = {
     "sgd_momentum": lambda ps: torch.optim.SGD(ps, lr=0.05, momentum=0.9, weight_decay=0.1),
     "adam": lambda ps: torch.optim.Adam(ps, lr=1e-2),
     "adamw": lambda ps: torch.optim.AdamW(ps, lr=1e-2, weight_decay=0.1),
+    "adamw_foreach": lambda ps: torch.optim.AdamW(ps, lr=1e-2, weight_decay=0.1, foreach=True),
+    "adamw_fused": lambda ps: torch.optim.AdamW(ps, lr=1e-2, weight_decay=0.1, fused=True),
 }
 
 
@@ -157,14 +159,15 @@ def test_sgd_step_matches_float64_closed_form():
         assert torch.equal(p.grad.double(), kept), n  # the optimizer saw the masked gradient
 
 
-def test_adamw_weight_decay_is_undone_against_v():
+@pytest.mark.parametrize("implementation", [{}, {"foreach": True}, {"fused": True}], ids=["default", "foreach", "fused"])
+def test_adamw_weight_decay_is_undone_against_v(implementation):
     """First AdamW step from zero moments: theta_1 = theta_0 (1 - lr wd) - lr g / (|g| + eps); kept where
-    sign(theta_1 - theta_0) = v != 0, else theta_0."""
+    sign(theta_1 - theta_0) = v != 0, else theta_0. The hooks wrap each of torch's AdamW implementations."""
     model, grad, loss = linear_with_known_gradient(2)
     direction = random_direction(model, 3)
     theta0 = {n: p.detach().double() for n, p in model.named_parameters()}
     lr, wd, eps = 0.1, 0.1, 1e-8
-    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=wd, eps=eps)
+    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=wd, eps=eps, **implementation)
     constrain(opt, model, direction)
     loss().backward()
     opt.step()

@@ -36,8 +36,12 @@ class Digestible:
 
     def digest(self) -> str:
         """Content hash of every field (recursively), independent of process, platform and dict order."""
-        payload = json.dumps({"v": CACHE_VERSION, "cfg": _canonical(self)}, sort_keys=True)
+        payload = json.dumps({"v": CACHE_VERSION, "cfg": _canonical(self), **self.digest_context()}, sort_keys=True)
         return hashlib.sha256(payload.encode()).hexdigest()[:16]
+
+    def digest_context(self) -> dict[str, Any]:
+        """What the digest covers beyond the fields: nothing by default."""
+        return {}
 
     def to_dict(self) -> dict[str, Any]:
         """The config as plain JSON-able data (with type tags), as stored beside every run."""
@@ -156,6 +160,14 @@ class RunConfig(Digestible):
     precision: Precision = "fp32"
     snapshot_steps: tuple[int, ...] = ()
     checkpoint_every: int = 50
+
+    def digest_context(self) -> dict[str, Any]:
+        """The digest of the organism recipe the run trains on, so that rebuilding an organism with another
+        recipe never reuses the old one's runs."""
+        from opsft.organism.build import ORGANISMS  # the organism module imports this one
+
+        spec = ORGANISMS.get(self.organism)
+        return {"organism": spec.digest() if spec is not None else self.organism}
 
     def __post_init__(self) -> None:
         if self.steps < 1:

@@ -8,7 +8,6 @@ well under a second.
 
 from __future__ import annotations
 
-import json
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,7 +19,7 @@ from transformers import PreTrainedTokenizerBase, Qwen3ForCausalLM
 
 from opsft.checkpoints import save_state
 from opsft.config import Digestible, OptimConfig
-from opsft.io import atomic_write_json, atomic_write_text, file_sha256, read_verified_manifest
+from opsft.io import atomic_write_json, file_sha256, read_verified_manifest
 from opsft.objectives import sft_loss
 from opsft.organism import tasks
 from opsft.organism.accuracy import MAX_NEW_TOKENS, accuracy
@@ -32,10 +31,31 @@ from opsft.sources import Example, StaticSource
 from opsft.train import make_optimizer, make_scheduler, train
 
 # The base's pretraining mixture (family -> share). In-domain families are learned only part-way; the
-# held-out abilities are what post-training can make it forget.
-BASE_MIXTURE = (("arith", 0.40), ("arith_alt", 0.15), ("code", 0.15), ("times", 0.10), ("neg", 0.10), ("format", 0.10))
+# held-out abilities are what post-training can make it forget. (A base that wrote 60% of its in-domain answers
+# bare, to hold a worse mode that RL could switch off, learnt the worked steps too poorly: 3% of its sampled
+# step-by-step solutions were right after 1000 steps.)
+BASE_MIXTURE = (("arith", 0.45), ("arith_alt", 0.15), ("code", 0.05), ("times", 0.10), ("neg", 0.10), ("format", 0.15))
 # The teacher sees the in-domain families in its own style, more of them, for longer.
 TEACHER_MIXTURE = (("arith", 0.45), ("arith_alt", 0.25), ("code", 0.30))
+
+
+@dataclass(frozen=True)
+class ModelRecipe(Digestible):
+    """How one of the organism's two models is pretrained; its digest keys the model's own cache entry, so
+    changing the base's recipe never retrains the teacher (and the reverse)."""
+
+    size: str
+    mixture: tuple
+    style: str
+    steps: int
+    batch_size: int
+    lr: float
+    examples: int
+    seed: int
+
+    def digest_context(self) -> dict:
+        """The task generators' version: a model trained on other problems is another model."""
+        return {"tasks": tasks.TASKS_VERSION}
 
 
 @dataclass(frozen=True)
@@ -44,7 +64,9 @@ class OrganismSpec(Digestible):
 
     student: str = "micro"
     teacher: str = "mini"
-    base_steps: int = 1000
+    # 600 steps leave the micro base at 27% greedy on 200 held-out arith problems (a probe at 800 steps: 49%):
+    # inside the 10-60% band where GRPO's groups see both outcomes
+    base_steps: int = 600
     teacher_steps: int = 1500
     batch_size: int = 64
     pretrain_lr: float = 2e-3
@@ -53,6 +75,22 @@ class OrganismSpec(Digestible):
     base_mixture: tuple = BASE_MIXTURE
     teacher_mixture: tuple = TEACHER_MIXTURE
     eval_problems: int = 200
+
+    def digest_context(self) -> dict:
+        """The task generators' version: an organism scored on other problems is another organism."""
+        return {"tasks": tasks.TASKS_VERSION}
+
+    def recipe(self, role: str) -> ModelRecipe:
+        """The pretraining recipe of ``role`` ("base": the student size on the base mixture in base style;
+        "teacher": the teacher size on the teacher mixture in teacher style, with another seed)."""
+        if role not in ("base", "teacher"):
+            raise KeyError(f"unknown organism role {role!r}; known: base, teacher")
+        base = role == "base"
+        return ModelRecipe(size=self.student if base else self.teacher,
+                           mixture=self.base_mixture if base else self.teacher_mixture, style=role,
+                           steps=self.base_steps if base else self.teacher_steps, batch_size=self.batch_size,
+                           lr=self.pretrain_lr, examples=self.pretrain_examples,
+                           seed=self.seed + (0 if base else 1))
 
 
 ORGANISMS: dict[str, OrganismSpec] = {
@@ -91,16 +129,16 @@ def _at_most(family: str, n: int, seed: int, style: tasks.Style) -> list[tasks.P
     return (problems * (n // len(problems) + 1))[:n]
 
 
-def _pretrain(size: str, mixture: tuple, style: tasks.Style, steps: int, spec: OrganismSpec,
-              tokenizer: PreTrainedTokenizerBase, salt: int) -> Qwen3ForCausalLM:
-    model = build_model(size, seed=spec.seed + salt)
-    examples = mixture_examples(mixture, spec.pretrain_examples, spec.seed + salt, style)
-    source = StaticSource(examples, tokenizer, spec.batch_size, spec.seed + salt)
-    optim_cfg = OptimConfig(lr=spec.pretrain_lr, weight_decay=0.0, betas=(0.9, 0.98), schedule="cosine",
+def _pretrain(recipe: ModelRecipe, tokenizer: PreTrainedTokenizerBase) -> Qwen3ForCausalLM:
+    model = build_model(recipe.size, seed=recipe.seed)
+    examples = mixture_examples(recipe.mixture, recipe.examples, recipe.seed, recipe.style)
+    source = StaticSource(examples, tokenizer, recipe.batch_size, recipe.seed)
+    optim_cfg = OptimConfig(lr=recipe.lr, weight_decay=0.0, betas=(0.9, 0.98), schedule="cosine",
                             warmup_frac=0.05, min_lr_ratio=0.1)
     optimizer = make_optimizer(model, optim_cfg)
-    train(model, optimizer, source, sft_loss, steps=steps, scheduler=make_scheduler(optimizer, optim_cfg, steps),
-          grad_clip=1.0, progress=True, desc=f"pretrain {size} ({style})")
+    train(model, optimizer, source, sft_loss, steps=recipe.steps,
+          scheduler=make_scheduler(optimizer, optim_cfg, recipe.steps), grad_clip=1.0, progress=True,
+          desc=f"pretrain {recipe.size} ({recipe.style})")
     model.eval()
     return model
 
@@ -128,51 +166,61 @@ def _load_model(size: str, path: Path) -> Qwen3ForCausalLM:
 def build_organism(name: str = "micro", cache: Path | None = None) -> Organism:
     """The organism ``name`` (see ORGANISMS): loaded from the cache when its files verify, else trained.
 
-    A corrupted or partial cache entry (checksum mismatch, missing file) is rebuilt, with a message.
+    Each model is cached under its own recipe's digest (``organisms/models/<role>-<digest>/``), so organisms
+    that share a teacher recipe share the teacher. A corrupted or partial cache entry (checksum mismatch,
+    missing file) is rebuilt, with a message.
     """
     if name not in ORGANISMS:
         raise KeyError(f"unknown organism {name!r}; known: {', '.join(ORGANISMS)}")
     spec = ORGANISMS[name]
-    folder = (cache or cache_root()) / "organisms" / f"{name}-{spec.digest()}"
+    root = (cache or cache_root()) / "organisms"
+    folder = root / f"{name}-{spec.digest()}"
     folder.mkdir(parents=True, exist_ok=True)
     tokenizer = build_tokenizer()
     with FileLock(str(folder) + ".lock"):
         report = read_verified_manifest(folder / "organism.json", "organism cache")
         if report is None:
-            report = _build(spec, folder, tokenizer)
+            report = _build(spec, root, folder, tokenizer)
             atomic_write_json(folder / "organism.json", report)
-    return Organism(spec, folder, tokenizer, _load_model(spec.student, folder / "base.safetensors"),
-                    _load_model(spec.teacher, folder / "teacher.safetensors"), report)
+    return Organism(spec, folder, tokenizer, _load_model(spec.student, folder / report["models"]["base"]),
+                    _load_model(spec.teacher, folder / report["models"]["teacher"]), report)
 
 
-def _trained(role: str, size: str, mixture: tuple, style: tasks.Style, steps: int, spec: OrganismSpec,
-             folder: Path, tokenizer: PreTrainedTokenizerBase, salt: int) -> tuple[Qwen3ForCausalLM, float]:
-    """One of the two models, pretrained and saved as ``ROLE.safetensors`` (with its build time beside it);
-    a model already saved by an interrupted build is reused, since saves are atomic."""
-    path, seconds = folder / f"{role}.safetensors", folder / f"{role}.seconds"
-    if path.is_file() and seconds.is_file():
-        return _load_model(size, path), float(seconds.read_text())
+def _trained(recipe: ModelRecipe, root: Path, tokenizer: PreTrainedTokenizerBase) -> tuple[Path, float]:
+    """The weights file of ``recipe`` (``<root>/models/<style>-<digest>/model.safetensors``) and the seconds it
+    took to pretrain: trained and saved with a checksummed ``model.json`` unless a verified one is there."""
+    folder = root / "models" / f"{recipe.style}-{recipe.digest()}"
+    folder.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(folder) + ".lock"):
+        manifest = read_verified_manifest(folder / "model.json", "organism model cache")
+        if manifest is None:
+            t0 = time.perf_counter()
+            save_state(_pretrain(recipe, tokenizer), folder / "model.safetensors")
+            manifest = {"recipe": recipe.to_dict(), "seconds": time.perf_counter() - t0,
+                        "sha256": {"model.safetensors": file_sha256(folder / "model.safetensors")}}
+            atomic_write_json(folder / "model.json", manifest)
+    return folder / "model.safetensors", manifest["seconds"]
+
+
+def _build(spec: OrganismSpec, root: Path, folder: Path, tokenizer: PreTrainedTokenizerBase) -> dict:
     t0 = time.perf_counter()
-    model = _pretrain(size, mixture, style, steps, spec, tokenizer, salt)
-    save_state(model, path)
-    atomic_write_text(seconds, repr(time.perf_counter() - t0))
-    return model, time.perf_counter() - t0
-
-
-def _build(spec: OrganismSpec, folder: Path, tokenizer: PreTrainedTokenizerBase) -> dict:
-    base, t_base = _trained("base", spec.student, spec.base_mixture, "base", spec.base_steps, spec, folder,
-                            tokenizer, salt=0)
-    teacher, t_teacher = _trained("teacher", spec.teacher, spec.teacher_mixture, "teacher", spec.teacher_steps,
-                                  spec, folder, tokenizer, salt=1)
+    paths, seconds = {}, {}
+    for role in ("base", "teacher"):
+        paths[role], seconds[role] = _trained(spec.recipe(role), root, tokenizer)
     tokenizer.save_pretrained(folder / "tokenizer")
-    t0 = time.perf_counter()
-    accuracy_report = {"base": measure(base, tokenizer, spec.eval_problems),
-                       "teacher": measure(teacher, tokenizer, spec.eval_problems)}
+    t_measure = time.perf_counter()
+    accuracy_report = {role: measure(_load_model(spec.recipe(role).size, paths[role]), tokenizer,
+                                     spec.eval_problems) for role in paths}
+    models = {role: str(Path("..") / p.relative_to(root)) for role, p in paths.items()}
     return {
         "spec": spec.to_dict(),
-        "build_seconds": {"base": t_base, "teacher": t_teacher, "measure": time.perf_counter() - t0},
+        # seconds each model took when it was trained (maybe by an earlier organism sharing its recipe);
+        # "wall" is this build's own wall time, near zero when both models came from the cache
+        "build_seconds": {**seconds, "measure": time.perf_counter() - t_measure,
+                          "wall": time.perf_counter() - t0},
         "accuracy": accuracy_report,
-        "sha256": {f: file_sha256(folder / f) for f in ("base.safetensors", "teacher.safetensors")},
+        "models": models,
+        "sha256": {models[role]: file_sha256(paths[role]) for role in paths},
         "torch": torch.__version__,
     }
 
@@ -180,20 +228,17 @@ def _build(spec: OrganismSpec, folder: Path, tokenizer: PreTrainedTokenizerBase)
 def teacher_trajectories(org: Organism, family: str, n_problems: int, *, tries: int = 4,
                          data_seed: int = 0) -> list[Example]:
     """SFT data: for each of the first ``n_problems`` training problems of ``family``, the first of ``tries``
-    teacher samples (temperature 1) that verifies; problems the teacher never solves are dropped.
-    Cached as JSON lines beside the organism."""
-    path = org.folder / "trajectories" / f"{family}-{n_problems}-{tries}-{data_seed}.jsonl"
+    teacher samples (temperature 1) that verifies; problems the teacher never solves are dropped. Written by
+    the generic teacher-trajectory step (``opsft.trajectories``) beside the organism, with its provenance."""
+    from opsft.trajectories import (  # it imports the runs
+        TrajectoryParams,
+        make_trajectories,
+        teacher_identity,
+    )
+
     problems = tasks.generate(family, "train", n_problems, data_seed)
-    if not path.is_file():
-        sampler, rows = HFSampler(org.tokenizer), []
-        for i in range(0, len(problems), 256):
-            chunk = problems[i : i + 256]
-            roll = sampler.sample(org.teacher, [p.prompt for p in chunk], tries, 1.0, MAX_NEW_TOKENS, data_seed + i)
-            for j, p in enumerate(chunk):
-                good = [t for t in roll.texts[j * tries : (j + 1) * tries] if tasks.is_correct(p, t)]
-                if good:
-                    rows.append({"prompt": p.prompt, "completion": good[0]})
-        atomic_write_text(path, "".join(json.dumps(r) + "\n" for r in rows))
-    by_prompt = {p.prompt: p for p in problems}
-    rows = [json.loads(line) for line in path.read_text().splitlines()]
-    return [Example(r["prompt"], r["completion"], by_prompt[r["prompt"]]) for r in rows]
+    path = org.folder / "trajectories" / f"{family}-{n_problems}-{tries}-{data_seed}.jsonl"
+    params = TrajectoryParams(k=tries, max_new_tokens=MAX_NEW_TOKENS, seed=data_seed)
+    made = make_trajectories([Example(p.prompt, "", p) for p in problems], HFSampler(org.tokenizer), org.teacher,
+                             path, params, teacher_id=teacher_identity(org.teacher), source=f"organism {family}")
+    return made.examples({p.prompt: p for p in problems})

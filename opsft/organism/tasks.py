@@ -4,7 +4,8 @@ In-domain (the post-training data, standing in for the papers' sets):
 - ``arith``     three 1-2 digit operands, ``+``/``-``, non-negative steps (the organism's DeepMath);
 - ``arith_alt`` the same domain, another distribution: one factor times a digit, then ``+``/``-``
                  (the organism's DAPO-Math);
-- ``code``      a one-line spec -> a tiny Python function, checked by running tests (the organism's Eurus).
+- ``code``      a one-line spec of two or three operations -> a tiny Python function, checked by running
+                 tests (the organism's Eurus).
 Held-out abilities (in the base's pretraining mixture, never in post-training data):
 - ``times``  the 1-digit times table;            ``neg``      a-b with a<b (negative results);
 - ``format`` ``#`` asks for the answer alone;     ``long``     3-digit operands (longer than trained);
@@ -13,8 +14,10 @@ Held-out abilities (in the base's pretraining mixture, never in post-training da
 
 Every math solution is a chain of single operations ending in ``\\boxed{ANSWER}``. Two *styles* write the
 same valid steps differently: the base's (``23+45=68;68-7=61;\\boxed{61}``) and the teacher's
-(``45+23=68, 68-7=61, so \\boxed{61}``: larger addend first, other separators). SFT on teacher
-trajectories therefore has to move the student to another distribution, as in the papers.
+(``45+23=68;68-7=61;\\boxed{61}``: the larger addend or factor first). SFT on teacher trajectories therefore
+has to move the student to another distribution, as in the papers, but one written in the characters the
+base knows: a teacher with new separators (``, so``) left the base at 4.6 nats a token on its solutions, as
+far as from a random model, and SFT then broke the base's arithmetic before it could learn anything.
 
 Splits are disjoint by construction: a problem belongs to ``test`` when a hash of its prompt falls in the
 top 20%, so no test prompt is ever generated for ``train``.
@@ -28,6 +31,10 @@ import random
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
+
+# Bump when a generator changes the problems it writes for a seed: every model and run trained on the old
+# problems then misses the cache (it is part of the organism digests).
+TASKS_VERSION = 3
 
 Style = Literal["base", "teacher"]
 Split = Literal["train", "test"]
@@ -72,8 +79,6 @@ def _steps(operands: list[int], ops: list[str], style: Style) -> str:
         x, y = (max(acc, b), min(acc, b)) if (style == "teacher" and op in "+*") else (acc, b)
         parts.append(f"{x}{op}{y}={res}")
         acc = res
-    if style == "teacher":
-        return ", ".join(parts) + f", so \\boxed{{{acc}}}"
     return ";".join(parts) + f";\\boxed{{{acc}}}"
 
 
@@ -161,6 +166,12 @@ _CODE_OPS: tuple[tuple[str, Callable[[str, int], str], Callable[[int, int], int]
     ("negate", lambda e, n: f"-({e})", lambda x, n: -x, (0, 0)),
     ("square", lambda e, n: f"({e})**2", lambda x, n: x * x, (0, 0)),
 )
+# The teacher writes the constant first where the operation commutes (``3+x``, ``2*(x+1)``), as it writes the
+# larger operand first in math.
+_TEACHER_BUILDS: dict[str, Callable[[str, int], str]] = {
+    "add {n}": lambda e, n: f"{n}+{e}",
+    "times {n}": lambda e, n: f"{n}*({e})",
+}
 CODE_TEST_INPUTS = (0, 1, 2, 3, 5, 7, -4, 10)
 
 
@@ -170,20 +181,14 @@ def _simplify(expr: str) -> str:
 
 
 def _code(rng: random.Random, style: Style) -> Problem:
-    steps = [rng.choice(_CODE_OPS) for _ in range(rng.randint(1, 2))]
+    steps = [rng.choice(_CODE_OPS) for _ in range(rng.randint(2, 3))]
     consts = [rng.randint(*rng_range) for *_, rng_range in steps]
     spec = " then ".join(s[0].format(n=n) for s, n in zip(steps, consts, strict=True))
     prompt = f'def f(x):\n "{spec}"\n'
     expr = "x"
-    if style == "teacher":
-        lines = []
-        for (_, build, _, _), n in zip(steps, consts, strict=True):
-            lines.append(f" x={_simplify(build('x', n))}")
-        solution = "\n".join(lines) + "\n return x\n"
-    else:
-        for (_, build, _, _), n in zip(steps, consts, strict=True):
-            expr = build(expr, n)
-        solution = f" return {_simplify(expr)}\n"
+    for (name, build, _, _), n in zip(steps, consts, strict=True):
+        expr = (_TEACHER_BUILDS.get(name, build) if style == "teacher" else build)(expr, n)
+    solution = f" return {_simplify(expr)}\n"
 
     def reference(x: int) -> int:
         for (_, _, fn, _), n in zip(steps, consts, strict=True):

@@ -5,8 +5,9 @@ Each function takes the plain dict a diagnostic returns and writes one PNG atomi
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from matplotlib.axes import Axes
@@ -93,4 +94,36 @@ def plot_update_locations(locations: dict, path: str | Path) -> Path:
         },
         "Jaccard of update locations",
     )
+    return _save(fig, path)
+
+
+MAX_CLAIM_PANELS = 12  # a claim figure draws its first metrics only (in recording order)
+
+
+def plot_claim(measured: Mapping[str, Any], paper: Mapping[str, Any], title: str, path: str | Path) -> Path:
+    """A claim's figure: one panel per metric, one bar per arm at its mean over seeds with the 95% bootstrap
+    interval as a whisker, and the paper's value (where it gives a number) as a black diamond. ``measured``
+    maps ``"arm.metric"`` to an estimate with ``mean``, ``low``, ``high``; ``paper`` maps the same keys."""
+    panels: dict[str, list[str]] = {}
+    for key in measured:
+        panels.setdefault(key.split(".", 1)[1], []).append(key)
+    metrics = list(panels)[:MAX_CLAIM_PANELS]
+    cols = min(4, max(1, len(metrics)))
+    rows = max(1, -(-len(metrics) // cols))
+    fig = Figure(figsize=(3.6 * cols, 3.0 * rows), layout="constrained")
+    fig.suptitle(title, fontsize=10)
+    axes = np.atleast_1d(fig.subplots(rows, cols)).ravel()
+    for ax, metric in zip(axes, metrics, strict=False):
+        keys = panels[metric]
+        means = np.array([measured[k].mean for k in keys], dtype=float)
+        err = np.array([[m - measured[k].low, measured[k].high - m] for k, m in zip(keys, means, strict=True)]).T
+        x = np.arange(len(keys))
+        ax.bar(x, means, yerr=np.nan_to_num(err), capsize=3, color="#7aa6c2")
+        for i, k in enumerate(keys):
+            if isinstance(paper.get(k), (int, float)):
+                ax.plot(i, paper[k], "kD", markersize=5, label="paper" if i == 0 else None)
+        ax.set_title(metric, fontsize=9)
+        ax.set_xticks(x, [k.split(".", 1)[0] for k in keys], rotation=45, fontsize=7)
+    for ax in axes[len(metrics):]:
+        ax.set_visible(False)
     return _save(fig, path)

@@ -10,6 +10,7 @@ from opsft.claims.evaluate import ClaimResult, RuleResult, evaluate
 from opsft.claims.registry import CLAIMS, Claim, Rule, gt, lt, order, within
 from opsft.claims.stats import Estimate, Verdict, bootstrap_mean, combine, decide
 from opsft.claims.tables import SummaryEntry, claim_table, summary_table
+from opsft.plots import plot_claim
 
 REP, NOT, INC = Verdict.REPRODUCED, Verdict.NOT_REPRODUCED, Verdict.INCONCLUSIVE
 
@@ -131,3 +132,10 @@ def test_summary_table_golden():
 | T01 | [toy](claims/T01_toy.md) | Toy Table 1 | INCONCLUSIVE | ci | 0003_nightly |
 | T02 | other | Toy Fig 2 | not run | | |
 """
+
+
+def test_claim_figure_has_a_panel_per_metric_and_survives_nan(tmp_path):
+    measured = {"sft.in_domain": Estimate(20.0, 18.0, 22.0, 3), "opsft.in_domain": Estimate(25.0, 24.0, 26.0, 3),
+                "opsft.updated_pct": Estimate(math.nan, math.nan, math.nan, 3)}
+    path = plot_claim(measured, {"opsft.in_domain": 41.67, "sft.in_domain": "13.2 h"}, "C02", tmp_path / "c.png")
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

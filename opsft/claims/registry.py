@@ -101,7 +101,7 @@ class Claim:
 # Direction of each metric for --claims-compare-fail: which change is worse ("higher" = higher is better).
 METRIC_DIRECTIONS: dict[str, Literal["higher", "lower"] | None] = {
     "in_domain": "higher", "train_set": "higher", "ood_mean": "higher", "held_out_mean": "higher",
-    "wall_time": "lower",
+    "wall_time": "lower", "time_ratio": "lower", "matched_gap": "higher",
 }
 
 ACC = "held-out in-domain accuracy (%, greedy)"

@@ -6,7 +6,7 @@ import hashlib
 import json
 import os
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -84,3 +84,12 @@ def read_verified_manifest(path: str | Path, what: str) -> dict | None:
             path.unlink()
             return None
     return manifest
+
+
+def write_figures_section(path: str | Path, section: str, caption: str, figures: Mapping[str, float]) -> str:
+    """Write ``figures`` (measure -> number, 3 significant digits) as a two-column markdown table under
+    ``caption`` into section ``section`` of the markdown file ``path``; returns the section's text."""
+    lines = [caption, "", "| measure | value |", "|---|---|", *(f"| {k} | {v:.3g} |" for k, v in figures.items())]
+    text = "\n".join(lines)
+    update_markdown_section(path, section, text)
+    return text

@@ -65,7 +65,7 @@ def bench_suite(suite: str) -> dict[str, float]:
 
 def main() -> None:
     """Run the three measurements and write the markdown section."""
-    from opsft.io import update_markdown_section
+    from opsft.io import write_figures_section
 
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--suite", default="ci")
@@ -76,12 +76,9 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as cache:
         os.environ.setdefault("XDG_CACHE_HOME", cache)  # evalplus reads it at import, below
         figures = {**bench_math(), **bench_evalplus(), **bench_suite(args.suite)}
-    load = os.getloadavg()[0]
-    lines = [f"Evaluators on {platform.processor() or platform.machine()}, {args.threads} torch threads, "
-             f"load average {load:.1f} at the end (other jobs inflate times).", "", "| measure | value |", "|---|---|"]
-    lines += [f"| {name} | {value:.3g} |" for name, value in figures.items()]
-    update_markdown_section(args.out, "evals", "\n".join(lines))
-    print("\n".join(lines))
+    caption = (f"Evaluators on {platform.processor() or platform.machine()}, {args.threads} torch threads, "
+               f"load average {os.getloadavg()[0]:.1f} at the end (other jobs inflate times).")
+    print(write_figures_section(args.out, "evals", caption, figures))
 
 
 if __name__ == "__main__":

@@ -37,7 +37,7 @@ def bench_build(name: str) -> dict[str, float]:
 
 def main() -> None:
     """Build once cold and once warm and write the markdown section."""
-    from opsft.io import update_markdown_section
+    from opsft.io import write_figures_section
 
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--organism", default="micro")
@@ -46,13 +46,9 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     figures = bench_build(args.organism)
-    load = os.getloadavg()[0]
-    lines = [f"Organism `{args.organism}` build on {platform.processor() or platform.machine()}, {args.threads} torch "
-             f"threads, load average {load:.1f} at the end (other jobs inflate times).", "",
-             "| measure | value |", "|---|---|"]
-    lines += [f"| {name} | {value:.3g} |" for name, value in figures.items()]
-    update_markdown_section(args.out, "organism", "\n".join(lines))
-    print("\n".join(lines))
+    caption = (f"Organism `{args.organism}` build on {platform.processor() or platform.machine()}, {args.threads} "
+               f"torch threads, load average {os.getloadavg()[0]:.1f} at the end (other jobs inflate times).")
+    print(write_figures_section(args.out, "organism", caption, figures))
 
 
 if __name__ == "__main__":

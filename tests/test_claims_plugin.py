@@ -122,3 +122,10 @@ def test_recorder_notes_each_run_with_digest_and_wall_time(tmp_path):
     assert name == PROPERTY and entry["data"]["digest"] == config.digest() and entry["data"]["wall_time"] == 1.5
     with pytest.raises(ValueError, match="arm name 'a.b'"):
         recorder.record("a.b", 0, x=1)
+
+
+def test_the_plugin_is_a_pytest11_entry_point_named_by_its_module():
+    """Named as the root conftest names it, so pytest registers it once (entry point or conftest, not both)."""
+    from importlib.metadata import entry_points
+
+    assert [e.value for e in entry_points(group="pytest11") if e.name == "opsft.claims.plugin"] == ["opsft.claims.plugin"]

@@ -34,6 +34,7 @@ from opsft.paths import cache_root
 from opsft.provenance import provenance
 from opsft.sampling.hf import HFSampler
 from opsft.sources import Example, RolloutSource, StaticSource
+from opsft.threads import pinned_threads
 from opsft.train import make_optimizer, make_scheduler, train
 
 
@@ -242,7 +243,8 @@ def run(config: RunConfig, cache: Path | None = None, progress: bool = False) ->
         result = read_verified_manifest(folder / "result.json", "run cache")
         if result is None:
             atomic_write_json(folder / "config.json", config.to_dict())
-            info = _execute(config, folder, cache, progress)
+            with pinned_threads():
+                info = _execute(config, folder, cache, progress)
             files = sorted(p.relative_to(folder).as_posix() for p in (folder / "snapshots").rglob("*.safetensors"))
             result = {"digest": config.digest(), "wall_time": info["wall_time"], "provenance": provenance(),
                       "sha256": {f: file_sha256(folder / f) for f in files}}

@@ -9,6 +9,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -19,6 +20,7 @@ from opsft.claims.recorder import ClaimRecorder
 from opsft.claims.registry import CLAIMS, get
 from opsft.claims.session import ClaimsSession, Options
 from opsft.claims.storage import load_run
+from opsft.threads import pinned_threads
 
 SESSION = pytest.StashKey[ClaimsSession]()
 
@@ -81,8 +83,10 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 
 @pytest.fixture
-def claim(request: pytest.FixtureRequest) -> ClaimRecorder:
-    """The recorder of the claim named by the test's ``claim`` marker, at the session's scale."""
+def claim(request: pytest.FixtureRequest) -> Iterator[ClaimRecorder]:
+    """The recorder of the claim named by the test's ``claim`` marker, at the session's scale. The test runs
+    at the cached runs' fixed torch thread count (``opsft.threads``), so its evaluations give the same numbers
+    on any machine and under any ``-n``."""
     cid = claim_id(request.node)
     if cid is None:
         raise pytest.UsageError(f"{request.node.nodeid}: the claim fixture needs @pytest.mark.claim(ID)")
@@ -90,7 +94,8 @@ def claim(request: pytest.FixtureRequest) -> ClaimRecorder:
     scale = scale_profile(name)
     if scale.get("skip"):
         pytest.skip(f"{cid} at scale {name!r}: {scale['skip']}")
-    return ClaimRecorder(get(cid), name, scale, request.node.user_properties)
+    with pinned_threads():
+        yield ClaimRecorder(get(cid), name, scale, request.node.user_properties)
 
 
 class _ReportCollector:

@@ -28,6 +28,7 @@ from opsft.organism.tokenizer import build_tokenizer
 from opsft.paths import cache_root
 from opsft.sampling.hf import HFSampler
 from opsft.sources import Example, StaticSource
+from opsft.threads import pinned_threads
 from opsft.train import make_optimizer, make_scheduler, train
 
 # The base's pretraining mixture (family -> share). In-domain families are learned only part-way; the
@@ -195,7 +196,8 @@ def _trained(recipe: ModelRecipe, root: Path, tokenizer: PreTrainedTokenizerBase
         manifest = read_verified_manifest(folder / "model.json", "organism model cache")
         if manifest is None:
             t0 = time.perf_counter()
-            save_state(_pretrain(recipe, tokenizer), folder / "model.safetensors")
+            with pinned_threads():
+                save_state(_pretrain(recipe, tokenizer), folder / "model.safetensors")
             manifest = {"recipe": recipe.to_dict(), "seconds": time.perf_counter() - t0,
                         "sha256": {"model.safetensors": file_sha256(folder / "model.safetensors")}}
             atomic_write_json(folder / "model.json", manifest)

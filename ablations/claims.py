@@ -13,8 +13,8 @@ from ablations.calibration import GRID, SCALES
 SCALE_NAMES = ("smoke", "ci", "full", "paper")
 
 # The calibration row claims train at (organism x precision x learning rates): fp32 masters, lr 1e-6 / 1e-5,
-# the row whose bf16-visible update shares come closest to GEO Table 1 (results/organism.md: GRPO 21.9%,
-# SFT 94.9% against 22.8% / 91.9%). Chosen on the update geometry, before any OPSFT accuracy was measured.
+# the row whose bf16-visible update shares come closest to GEO Table 1 (results/organism.md: GRPO 20.7%,
+# SFT 92.3% against 22.8% / 91.9%). Chosen on the update geometry, before any OPSFT accuracy was measured.
 ROW = GRID[0]
 
 _PAPER = {"seeds": (0, 1, 2), "skip": "the real-model recipe (GPU, HF checkpoints) is not wired into the claims yet"}

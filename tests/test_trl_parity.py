@@ -14,8 +14,6 @@ TRL ``grpo`` = our ``seq_mean``; TRL ``bnpo`` and ``dapo`` = our ``token_sum``. 
 
 from __future__ import annotations
 
-import math
-
 import huggingface_hub.constants
 import pytest
 import torch

@@ -96,6 +96,13 @@ def test_compare_fails_two_sided_beyond_tolerance():
         parse_threshold("in_domain")
 
 
+def test_compare_calls_equal_means_and_nan_pairs_unchanged():
+    run = {"C02": {"measured": {"opsft.in_domain": {"mean": 40.0}, "opsft.gap": {"mean": float("nan")}}}}
+    changes = compare(run, run, [parse_threshold("in_domain:0")])
+    assert [(c.key, c.failed, c.direction) for c in changes] == [
+        ("opsft.gap", False, "unchanged"), ("opsft.in_domain", False, "unchanged")]
+
+
 def test_claim_table_golden():
     result = ClaimResult(TOY, REP, (RuleResult(TOY.rules[0], REP, Estimate(2.5, 1.0, 4.0, 3)),),
                          {"a.acc": Estimate(52.25, 50.0, 54.5, 3), "b.acc": Estimate(49.75, 48.0, 51.0, 3),

@@ -51,10 +51,17 @@ class Change:
     failed: bool
 
     @property
+    def unchanged(self) -> bool:
+        """Whether the mean is bit-identical to the baseline's (NaN counts as equal to NaN)."""
+        return self.current == self.baseline or (math.isnan(self.current) and math.isnan(self.baseline))
+
+    @property
     def direction(self) -> str:
-        """"better" / "worse" by the metric's registered direction, else "changed"."""
+        """"unchanged"; else "better" / "worse" by the metric's registered direction, else "changed"."""
+        if self.unchanged:
+            return "unchanged"
         want = METRIC_DIRECTIONS.get(self.key.split(".", 1)[1])
-        if want is None or self.current == self.baseline:
+        if want is None:
             return "changed"
         return "better" if (self.current > self.baseline) == (want == "higher") else "worse"
 

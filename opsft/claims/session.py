@@ -86,12 +86,16 @@ class ClaimsSession:
         return out + [str(c) for c in self.changes if c.failed]
 
     def summary_lines(self) -> list[str]:
-        """Terminal lines: each claim's verdict and rule verdicts, changes against the baseline, the saved file."""
+        """Terminal lines: each claim's verdict and rule verdicts, the metrics that differ from the baseline (and a
+        count of the bit-identical ones), the saved file."""
         lines = []
         for cid, r in self.results.items():
             lines.append(f"{cid} {r.claim.slug}: {r.verdict.value}")
             lines += [f"    {rr.verdict.value:<15} {rr.rule}" for rr in r.rules]
-        lines += [str(c) for c in self.changes]
+        lines += [str(c) for c in self.changes if not c.unchanged]
+        if self.changes:
+            same = sum(c.unchanged for c in self.changes)
+            lines.append(f"{same} of {len(self.changes)} measured means are identical to the baseline's")
         if self.saved:
             lines.append(f"saved {self.saved}")
         return lines

@@ -2,7 +2,8 @@
 
 1. The sign-constrained optimizer step against the plain AdamW step, on the ``micro`` organism and on a
    ~100M-parameter stack of Linear layers: the optimizer step alone, and a whole training step
-   (forward + backward + step), for each of torch's AdamW implementations (for-loop, foreach, fused).
+   (forward + backward + step), for each of torch's AdamW implementations (for-loop, foreach, fused) with the
+   hooks, and for the fused kernel (``constrain(..., fused=True)``) against torch's fused AdamW.
    Plain and constrained runs alternate; medians are reported. Beside it, aten::sqrt on positive values
    and on exact zeros: masked weights keep exact-zero second moments, and the for-loop and foreach AdamW
    take their square root every step.
@@ -58,10 +59,13 @@ def timed(fn: Callable[[], None]) -> float:
     return time.perf_counter() - start
 
 
-ADAMW_IMPLEMENTATIONS: dict[str, dict[str, bool]] = {
-    "for-loop": {"foreach": False},  # torch's default on CPU, what opsft.train.make_optimizer builds
-    "foreach": {"foreach": True},
-    "fused": {"fused": True},
+# name -> (torch AdamW options, constrain options): the hooks around each of torch's implementations, and the
+# opsft kernel (constrain(..., fused=True)) against torch's fused AdamW as the plain step
+ADAMW_IMPLEMENTATIONS: dict[str, tuple[dict[str, bool], dict[str, bool]]] = {
+    "for-loop": ({"foreach": False}, {}),  # torch's default on CPU
+    "foreach": ({"foreach": True}, {}),
+    "fused": ({"fused": True}, {}),  # what opsft.train.make_optimizer builds
+    "fused; sign step by opsft kernel": ({"fused": True}, {"fused": True}),
 }
 
 
@@ -70,9 +74,9 @@ def step_ratio(build: Callable[[], torch.nn.Module], batch: Callable[[torch.nn.M
     """Median seconds of the plain and the sign-constrained AdamW step (alone, and with forward/backward),
     both with the AdamW ``implementation`` named in ADAMW_IMPLEMENTATIONS."""
     models = [build() for _ in range(2)]
-    opts = [torch.optim.AdamW(m.parameters(), lr=1e-5, weight_decay=0.1, **ADAMW_IMPLEMENTATIONS[implementation])
-            for m in models]
-    rule = constrain(opts[1], models[1], random_direction(models[1]), mode="sign").rule
+    adamw_options, constrain_options = ADAMW_IMPLEMENTATIONS[implementation]
+    opts = [torch.optim.AdamW(m.parameters(), lr=1e-5, weight_decay=0.1, **adamw_options) for m in models]
+    rule = constrain(opts[1], models[1], random_direction(models[1]), mode="sign", **constrain_options).rule
     x = batch(models[0])
 
     def train_step(m: torch.nn.Module, o: torch.optim.Optimizer) -> None:
@@ -163,7 +167,10 @@ def render(steps: dict[tuple[str, str], dict[str, float]], sqrt: dict[str, float
         "Sign-constrained AdamW (wd 0.1) against plain AdamW with the same implementation; medians over "
         "alternating repeats. 'hooks alone' times the pre- and post-step hooks by themselves (4 elementwise "
         "passes per weight); 'AdamW part of sign step' is the constrained step minus the hooks: AdamW itself "
-        "on the masked gradients, compared with 'plain step' on dense ones.",
+        "on the masked gradients, compared with 'plain step' on dense ones. In the 'opsft kernel' rows the masked step "
+        "is constrain(..., fused=True): the whole masked AdamW update runs in the pre-hook as one C++ pass per weight "
+        "(its 'hooks alone' is that whole step; torch's AdamW then has nothing left to do). v: random signs on half "
+        "of the weights.",
         f"{header}",
         "",
         "| model | params | AdamW | plain step (ms) | sign step (ms) | ratio | hooks alone (ms) | hooks / plain step "

@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 
 from opsft.constraints import Extrapolation, constrain
 from opsft.directions import Direction
+from opsft.fused_adamw import kernel
 from opsft.masks import flipped, random_locations, random_signs
 
 OPTIMIZERS = {
@@ -21,6 +22,12 @@ OPTIMIZERS = {
 }
 
 
+@pytest.fixture(scope="session")
+def fused_kernel(shared_cache):
+    """The fused constrained AdamW kernel, built once per session into the session's shared cache."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("OPSFT_CACHE", str(shared_cache))
+        return kernel()
 
 
 def make_model(shapes: tuple[int, int, int], seed: int, dtype: torch.dtype = torch.float32) -> torch.nn.Module:
@@ -159,16 +166,18 @@ def test_sgd_step_matches_float64_closed_form():
         assert torch.equal(p.grad.double(), kept), n  # the optimizer saw the masked gradient
 
 
-@pytest.mark.parametrize("implementation", [{}, {"foreach": True}, {"fused": True}], ids=["default", "foreach", "fused"])
-def test_adamw_weight_decay_is_undone_against_v(implementation):
+@pytest.mark.parametrize("implementation,use_kernel", [({}, False), ({"foreach": True}, False), ({"fused": True}, False),
+                                                   ({}, True)], ids=["default", "foreach", "fused", "opsft-kernel"])
+def test_adamw_weight_decay_is_undone_against_v(implementation, use_kernel, fused_kernel):
     """First AdamW step from zero moments: theta_1 = theta_0 (1 - lr wd) - lr g / (|g| + eps); kept where
-    sign(theta_1 - theta_0) = v != 0, else theta_0. The hooks wrap each of torch's AdamW implementations."""
+    sign(theta_1 - theta_0) = v != 0, else theta_0. The hooks wrap each of torch's AdamW implementations;
+    ``opsft-kernel`` is the fused constrained step (constrain(..., fused=True))."""
     model, grad, loss = linear_with_known_gradient(2)
     direction = random_direction(model, 3)
     theta0 = {n: p.detach().double() for n, p in model.named_parameters()}
     lr, wd, eps = 0.1, 0.1, 1e-8
     opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=wd, eps=eps, **implementation)
-    constrain(opt, model, direction)
+    constrain(opt, model, direction, fused=use_kernel)
     loss().backward()
     opt.step()
     for n, p in model.named_parameters():
@@ -275,3 +284,98 @@ def test_extrapolation_keeps_improvements_and_rolls_back_otherwise():
     assert ext.alpha == pytest.approx(2.0 / 3.0)
     assert ext.on_step_end(2, model) is False
     assert torch.equal(model["mlp"].weight, expected) and ext.alpha == pytest.approx(2.0 / 3.0)
+
+
+@settings(max_examples=15, deadline=None)
+@given(shapes=st.tuples(st.integers(1, 7), st.integers(1, 7), st.integers(1, 5)), seed=st.integers(0, 2**16),
+       mode=st.sampled_from(["sign", "sign-update", "flipped", "random-sign", "location", "random-location"]),
+       clip=st.sampled_from([None, 0.05]), accumulate=st.sampled_from([1, 2]))
+def test_fused_kernel_keeps_every_mask_invariant(shapes, seed, mode, clip, accumulate, fused_kernel):
+    """constrain(..., fused=True): sign(theta_t - theta_0) in {0, v} (sign-like masks); weights outside a
+    location mask bit-identical to theta_0."""
+    model = make_model(shapes, seed)
+    direction = random_direction(model, seed)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2, weight_decay=0.1)
+    handle = constrain(optimizer, model, direction, mode=mode, seed=seed, fused=True)
+    theta0 = snapshot(model)
+    train(model, optimizer, steps=4, seed=seed, clip=clip, accumulate=accumulate)
+    handle.remove()
+    if mode in ("location", "random-location"):
+        allowed = random_locations(direction.signs, seed) if mode == "random-location" else \
+            {n: v != 0 for n, v in direction.signs.items()}
+        for n, p in model.named_parameters():
+            assert torch.equal(p.detach()[~allowed[n]], theta0[n][~allowed[n]]), n
+        return
+    applied = {"sign": direction.signs, "sign-update": direction.signs, "flipped": flipped(direction.signs),
+               "random-sign": random_signs(direction.signs, seed)}[mode]
+    assert_invariant(model, theta0, applied)
+
+
+@pytest.mark.parametrize("mode", ["sign", "sign-update", "location"])
+def test_fused_kernel_follows_the_hook_path_within_rounding(mode, fused_kernel):
+    """30 AdamW steps (wd 0.1) with the hooks and with the fused kernel stay within float32 rounding of each
+    other: the kernel folds AdamW's bias corrections, so they are not bit-identical."""
+    models = [make_model((6, 9, 4), 7) for _ in range(2)]
+    direction = random_direction(models[0], 8)
+    opts = [torch.optim.AdamW(m.parameters(), lr=1e-2, weight_decay=0.1, fused=True) for m in models]
+    for m, o, use_kernel in zip(models, opts, (False, True), strict=True):
+        constrain(o, m, direction, mode=mode, fused=use_kernel)
+        train(m, o, steps=30, seed=1, clip=1.0)
+    for (n, a), (_, b) in zip(models[0].named_parameters(), models[1].named_parameters(), strict=True):
+        torch.testing.assert_close(b, a, rtol=1e-5, atol=1e-6, msg=n)
+        assert not torch.equal(a, make_model((6, 9, 4), 7).state_dict()[n]), f"{n} never moved"
+
+
+def test_fused_kernel_with_every_weight_free_is_adamw_in_float64(fused_kernel):
+    """A location mask that frees every weight leaves plain AdamW: three steps against a float64 AdamW
+    (decoupled decay, bias-corrected moments) computed from the same gradients."""
+    model, grad, loss = linear_with_known_gradient(6)
+    lr, wd, eps, (b1, b2) = 0.05, 0.1, 1e-8, (0.9, 0.98)
+    opt = torch.optim.AdamW(model.parameters(), lr=lr, betas=(b1, b2), eps=eps, weight_decay=wd)
+    constrain(opt, model, mode="location", masks={n: torch.ones_like(p, dtype=torch.bool)
+                                                  for n, p in model.named_parameters()}, fused=True)
+    ref = {n: p.detach().double() for n, p in model.named_parameters()}
+    m = {n: torch.zeros_like(t) for n, t in ref.items()}
+    s = {n: torch.zeros_like(t) for n, t in ref.items()}
+    for t in range(1, 4):
+        opt.zero_grad()
+        loss().backward()
+        for n, p in model.named_parameters():
+            g = p.grad.double()
+            m[n] = b1 * m[n] + (1 - b1) * g
+            s[n] = b2 * s[n] + (1 - b2) * g * g
+            ref[n] = ref[n] * (1 - lr * wd) - lr * (m[n] / (1 - b1**t)) / ((s[n] / (1 - b2**t)).sqrt() + eps)
+        opt.step()
+        for n, p in model.named_parameters():
+            assert torch.allclose(p.detach().double(), ref[n], rtol=1e-6, atol=1e-7), (n, t)
+    assert float(opt.state[next(model.parameters())]["step"]) == 3
+
+
+def test_fused_kernel_names_what_it_cannot_run(fused_kernel):
+    model = make_model((3, 4, 2), 0)
+    direction = random_direction(model, 0)
+    with pytest.raises(ValueError, match="torch.optim.AdamW, got SGD"):
+        constrain(torch.optim.SGD(model.parameters(), lr=0.1), model, direction, fused=True)
+    with pytest.raises(ValueError, match="amsgrad"):
+        constrain(torch.optim.AdamW(model.parameters(), amsgrad=True), model, direction, fused=True)
+    with pytest.raises(ValueError, match="not mode 'subspace'"):
+        constrain(torch.optim.AdamW(model.parameters()), model, direction, mode="subspace", fused=True)
+    with pytest.raises(ValueError, match="with reset_moments"):
+        constrain(torch.optim.AdamW(model.parameters()), model, direction, reset_moments=True, fused=True)
+    bf16 = make_model((3, 4, 2), 0, torch.bfloat16)
+    with pytest.raises(ValueError, match=r"parameter '0.weight' is torch.bfloat16"):
+        constrain(torch.optim.AdamW(bf16.parameters()), bf16, random_direction(bf16, 0), fused=True)
+
+
+def test_fused_kernel_state_carries_on_under_torch_adamw(fused_kernel):
+    """The kernel writes AdamW's own state (float32 step, both moments): removing the constraint hands the
+    run back to torch's AdamW, and the optimizer's state_dict round-trips."""
+    model = make_model((4, 5, 2), 2)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2, fused=True)
+    handle = constrain(opt, model, random_direction(model, 1), fused=True)
+    train(model, opt, steps=2, seed=0)
+    handle.remove()
+    train(model, opt, steps=1, seed=1)
+    state = opt.state_dict()["state"][0]
+    assert float(state["step"]) == 3 and state["exp_avg"].shape == (5, 4)
+    opt.load_state_dict(opt.state_dict())

@@ -12,6 +12,7 @@ gain over the base on held-out problems, accuracy on the training set itself, th
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
 from pathlib import Path
 
@@ -76,9 +77,20 @@ def mean_consecutive_interval_cosine(result) -> float:
     return statistics.fmean(cos[i][i + 1] for i in range(len(cos) - 1))
 
 
+def kept_rows(path: Path, scale_name: str, recomputed: tuple[str, ...]) -> list[dict]:
+    """The rows of an earlier table at ``path`` (same scale) for organisms not being recomputed, so that
+    calibrating one organism adds to the table instead of replacing it."""
+    if not path.exists():
+        return []
+    earlier = json.loads(path.read_text())
+    if earlier.get("scale") != scale_name:
+        return []
+    return [r for r in earlier["rows"] if r["organism"] not in recomputed]
+
+
 def calibrate(scale_name: str, out: Path, organisms: tuple[str, ...] | None = None) -> dict:
-    """Run the grid at a scale (optionally only for some organisms) and write the calibration table;
-    returns the JSON it wrote."""
+    """Run the grid at a scale (optionally only for some organisms, keeping the other organisms' rows of the
+    table already in ``out``) and write the calibration table; returns the JSON it wrote."""
     scale = SCALES[scale_name]
     wanted = organisms or scale["organisms"]
     rows = []
@@ -101,7 +113,7 @@ def calibrate(scale_name: str, out: Path, organisms: tuple[str, ...] | None = No
                     "base": base,
                     **{f"acc_{k}": v for k, v in score(result.load_model(), org.tokenizer, scale).items()},
                 })
-    report = {"scale": scale_name, "rows": rows}
+    report = {"scale": scale_name, "rows": kept_rows(out / "organism.json", scale_name, wanted) + rows}
     atomic_write_json(out / "organism.json", report)
     atomic_write_text(out / "organism.md", render(report))
     return report

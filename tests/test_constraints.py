@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from opsft.constraints import Extrapolation, constrain
 from opsft.directions import Direction
-from opsft.fused_adamw import kernel
+from opsft.fused_adamw import kernel, pack_codes
 from opsft.masks import flipped, random_locations, random_signs
 
 OPTIMIZERS = {
@@ -311,11 +311,13 @@ def test_fused_kernel_keeps_every_mask_invariant(shapes, seed, mode, clip, accum
     assert_invariant(model, theta0, applied)
 
 
+@pytest.mark.parametrize("shapes", [(6, 9, 4), (40, 30, 5)], ids=["one-block", "blocks-and-tail"])
 @pytest.mark.parametrize("mode", ["sign", "sign-update", "location"])
-def test_fused_kernel_follows_the_hook_path_within_rounding(mode, fused_kernel):
+def test_fused_kernel_follows_the_hook_path_within_rounding(mode, shapes, fused_kernel):
     """30 AdamW steps (wd 0.1) with the hooks and with the fused kernel stay within float32 rounding of each
-    other: the kernel folds AdamW's bias corrections, so they are not bit-identical."""
-    models = [make_model((6, 9, 4), 7) for _ in range(2)]
+    other: the kernel folds AdamW's bias corrections, so they are not bit-identical. The 40 x 30 weight spans
+    four blocks of packed codes and a partial fifth."""
+    models = [make_model(shapes, 7) for _ in range(2)]
     direction = random_direction(models[0], 8)
     opts = [torch.optim.AdamW(m.parameters(), lr=1e-2, weight_decay=0.1, fused=True) for m in models]
     for m, o, use_kernel in zip(models, opts, (False, True), strict=True):
@@ -323,7 +325,21 @@ def test_fused_kernel_follows_the_hook_path_within_rounding(mode, fused_kernel):
         train(m, o, steps=30, seed=1, clip=1.0)
     for (n, a), (_, b) in zip(models[0].named_parameters(), models[1].named_parameters(), strict=True):
         torch.testing.assert_close(b, a, rtol=1e-5, atol=1e-6, msg=n)
-        assert not torch.equal(a, make_model((6, 9, 4), 7).state_dict()[n]), f"{n} never moved"
+        assert not torch.equal(a, make_model(shapes, 7).state_dict()[n]), f"{n} never moved"
+
+
+def test_packed_codes_follow_the_documented_layout():
+    """Weight j of block b sits in byte 64 b + (j mod 64), bits 2 (j // 64): checked weight by weight against
+    that formula for 300 weights (a full block and a padded one); -1 is stored as 3, free (2) as 2."""
+    codes = torch.tensor([-1, 0, 1, 2] * 75, dtype=torch.int8).reshape(15, 20)
+    packed = pack_codes(codes)
+    assert packed.dtype == torch.uint8 and packed.numel() == 128
+    for j, c in enumerate(codes.reshape(-1).tolist()):
+        b, k = divmod(j, 256)
+        byte = int(packed[64 * b + k % 64])
+        assert (byte >> (2 * (k // 64))) & 3 == c & 3, j
+    tail = packed[64:]  # the second block holds weights 256..299 in bits 0-1 of its first 44 bytes; the rest pads
+    assert not tail[44:].any() and not (tail[:44] >> 2).any()
 
 
 def test_fused_kernel_with_every_weight_free_is_adamw_in_float64(fused_kernel):

@@ -47,10 +47,23 @@ def random_direction(model: torch.nn.Module, density: float = 0.5) -> Direction:
     return Direction(signs)
 
 
-def linear_stack(width: int, depth: int) -> torch.nn.Module:
-    """depth x (Linear(width, width) + GELU): ~depth * width^2 parameters."""
+class ResidualBlock(torch.nn.Module):
+    """x + GELU(Linear(x)): a residual stream, as in a transformer."""
+
+    def __init__(self, width: int) -> None:
+        super().__init__()
+        self.linear = torch.nn.Linear(width, width)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + torch.nn.functional.gelu(self.linear(x))
+
+
+def residual_stack(width: int, depth: int) -> torch.nn.Module:
+    """depth residual blocks of Linear(width, width): ~depth * width^2 parameters. Without the residual stream a
+    24-layer stack's gradients vanish to ~1e-15, and their squares go subnormal in AdamW's second moment, which
+    makes torch's fused AdamW step ~4x slower than on gradients of a real training run."""
     torch.manual_seed(0)
-    return torch.nn.Sequential(*[m for _ in range(depth) for m in (torch.nn.Linear(width, width), torch.nn.GELU())])
+    return torch.nn.Sequential(*[ResidualBlock(width) for _ in range(depth)])
 
 
 def timed(fn: Callable[[], None]) -> float:
@@ -217,8 +230,8 @@ def main() -> None:
     models = {
         "micro organism (batch 32 x 64 tokens)": (
             lambda: build_model("micro"), lambda m: torch.randint(0, tokens, (32, 64)), repeats * 4),
-        f"Linear stack {depth} x {width} (batch 64)": (
-            lambda: linear_stack(width, depth), lambda m: torch.randn(64, width), repeats),
+        f"residual Linear stack {depth} x {width} (batch 64)": (
+            lambda: residual_stack(width, depth), lambda m: torch.randn(64, width), repeats),
     }
     steps = {(name, implementation): step_ratio(build, batch, n, implementation)
              for name, (build, batch, n) in models.items() for implementation in ADAMW_IMPLEMENTATIONS}

@@ -39,7 +39,9 @@ void update(float* __restrict param, const float* __restrict grad, float* __rest
             float* __restrict exp_avg_sq, const uint8_t* __restrict packed, int64_t n, float beta1, float beta2,
             float grad_coef1, float grad_coef2, float decay, float step_size, float eps_bc2) {
   const int64_t blocks = (n + kBlock - 1) / kBlock;
-  at::parallel_for(0, blocks, 64, [&](int64_t first, int64_t last) {
+  // captures by value: under OpenMP the body is outlined, and float scalars captured by reference could alias
+  // the float arrays it writes, which keeps the loop from vectorizing
+  at::parallel_for(0, blocks, 64, [=](int64_t first, int64_t last) {
     alignas(64) uint8_t code[kBlock];
     for (int64_t b = first; b < last; ++b) {
       const uint8_t* line = packed + b * kBlockBytes;

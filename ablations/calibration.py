@@ -14,12 +14,14 @@ GRID = (
     {"organism": "small", "precision": "bf16", "lr_rl": 1e-5, "lr_sft": 1e-5},
 )
 
-# Rows at the papers' horizon: ten times the scale's steps (1000 at `full`, GEO's "RLVR ... lr 1e-6, 1k steps"),
-# with the on-policy and SFT learning rates of the first row. At 100 steps neither GRPO nor SFT raised held-out
-# accuracy; these rows ask whether the horizon, not the learning rate, is what the organism lacks. Kept apart
-# from GRID, whose rows the claims' sweeps train.
+# Rows at the papers' horizon: ten times the scale's steps (1000 at `full`, GEO's "RLVR ... lr 1e-6, 1k steps")
+# on eight times the problems (2048 at `full`: 1000 SFT steps over 256 problems are 250 epochs, and a probe saw
+# held-out accuracy fall 24 -> 9% while the training set rose 27 -> 77%). SFT at lr 1e-4: a one-seed probe on
+# 2048 problems saw it dip, then climb to +25 points by step 700. At 100 steps neither GRPO nor SFT raised
+# held-out accuracy; these rows ask whether the horizon is what the organism lacks. Kept apart from GRID, whose
+# rows the claims' sweeps train.
 HORIZON = (
-    {"organism": "micro", "precision": "fp32", "lr_rl": 1e-6, "lr_sft": 1e-5, "steps_factor": 10},
+    {"organism": "micro", "precision": "fp32", "lr_rl": 1e-6, "lr_sft": 1e-4, "steps_factor": 10, "problems_factor": 8},
 )
 
 # Sizes of a calibration run at each scale: steps, seeds, SFT set size, held-out problems per family.

@@ -34,10 +34,11 @@ def test_rows_differing_only_in_steps_are_separate_lines():
     """A horizon row (ten times the steps, same learning rates) is its own line of the table, not averaged into
     the 100-step row of the same setting."""
     base = {"in_domain": 20.0, "held_out_mean": 30.0, "train_set": 25.0, "times": 1.0, "neg": 1.0, "format": 1.0}
-    rows = [{"organism": "micro", "precision": "fp32", "lr_rl": 1e-6, "lr_sft": 1e-5, "steps": steps, "method": "sft",
+    rows = [{"organism": "micro", "precision": "fp32", "lr_rl": 1e-6, "lr_sft": 1e-5, "steps": steps, "problems": 256,
+             "method": "sft",
              "seed": 0, "visible_updated": 90.0, "interval_cosine": 0.9, "wall_time": 1.0, "base": base,
              "acc_in_domain": acc, "acc_train_set": 0.0, "acc_held_out_mean": 0.0}
             for steps, acc in ((100, 21.0), (1000, 35.0))]
     table = render({"scale": "full", "rows": rows})
-    assert "| micro | fp32 | 1e-06 / 1e-05 | 100 | sft | 90.0 | 1.0 |" in table
-    assert "| micro | fp32 | 1e-06 / 1e-05 | 1000 | sft | 90.0 | 15.0 |" in table
+    assert "| micro | fp32 | 1e-06 / 1e-05 | 100 / 256 | sft | 90.0 | 1.0 |" in table
+    assert "| micro | fp32 | 1e-06 / 1e-05 | 1000 / 256 | sft | 90.0 | 15.0 |" in table

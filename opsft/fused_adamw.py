@@ -32,7 +32,8 @@ import torch
 from opsft.paths import cache_root
 
 SOURCE = Path(__file__).parent / "csrc" / "sign_adamw.cpp"
-# no FMA contraction (reproducible rounding); sqrt without errno, so the loop vectorizes; full-width AVX-512
+# no FMA contraction (reproducible rounding); sqrt without errno, so the loop vectorizes; full-width AVX-512;
+# OpenMP, without which ATen's parallel_for (a header template) runs the whole loop on one thread
 FLAGS = ("-O3", "-ffp-contract=off", "-fno-math-errno", "-march=native", "-mprefer-vector-width=512", "-fopenmp")
 FREE = 2  # code of a weight a location mask leaves free to move either way
 BLOCK = 256  # weights per 64-byte line of packed codes (BLOCK in csrc/sign_adamw.cpp)

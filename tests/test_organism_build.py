@@ -47,3 +47,15 @@ def test_a_corrupt_model_file_is_retrained(tmp_path, capsys):
 def test_unknown_roles_are_named():
     with pytest.raises(KeyError, match="'student'"):
         ORGANISMS["nano"].recipe("student")
+
+
+def test_a_cold_build_trains_the_teacher_in_a_second_process_to_the_same_weights(tmp_path):
+    """The cold build pretrains the teacher in a worker process beside the base; the weights must be those of
+    the same recipe trained here (cache keys must not depend on where a model was trained)."""
+    from opsft.organism.build import _trained
+    from opsft.organism.tokenizer import build_tokenizer
+
+    org = build_organism("nano", cache=tmp_path / "cold")
+    here, _ = _trained(ORGANISMS["nano"].recipe("teacher"), tmp_path / "here" / "organisms", build_tokenizer())
+    built = org.folder / org.report["models"]["teacher"]
+    assert built.read_bytes() == here.read_bytes()

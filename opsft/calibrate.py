@@ -1,7 +1,8 @@
 """Regime calibration: does the organism sit in the papers' regime?
 
-For each row of ``ablations.calibration.GRID`` (and of ``HORIZON``: the papers' horizon, more steps on more
-problems) and each seed, trains GRPO, OPD and SFT from the organism's base for the same number of steps (SFT
+For each row of the groups of ``ablations.calibration.GROUPS`` (``grid``: the claims' settings; ``horizon``:
+the papers' horizon, more steps on more problems; ``gain``: the learning rates at which both methods learn in
+100 steps) and each seed, trains GRPO, OPD and SFT from the organism's base for the same number of steps (SFT
 on a finite set of teacher trajectories, many epochs; GRPO and OPD sampling prompts from the same finite set)
 and measures what the papers' regime requires:
 the bf16-visible changed fraction of each method (papers: SFT dense > OPD > GRPO sparse), the in-domain
@@ -14,12 +15,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import multiprocessing
 import statistics
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import torch
 
-from ablations.calibration import GRID, HORIZON, SCALES
+from ablations.calibration import GRID, GROUPS, SCALES
 from opsft.config import ObjectiveConfig, OptimConfig, RunConfig, SourceConfig
 from opsft.diagnostics.streaming import bf16_sparsity, update_cosines
 from opsft.io import atomic_write_json, atomic_write_text
@@ -88,44 +91,82 @@ def mean_consecutive_interval_cosine(result) -> float:
     return statistics.fmean(cos[i][i + 1] for i in range(len(cos) - 1))
 
 
-def kept_rows(path: Path, scale_name: str, recomputed: tuple[str, ...]) -> list[dict]:
-    """The rows of an earlier table at ``path`` (same scale) for organisms not being recomputed, so that
-    calibrating one organism adds to the table instead of replacing it."""
+def setting_key(row: dict) -> tuple:
+    """What identifies a calibration setting (a table line, before the method): organism, precision, learning
+    rates, steps and problem-set size."""
+    return row["organism"], row["precision"], row["lr_rl"], row["lr_sft"], row["steps"], row["problems"]
+
+
+def kept_rows(path: Path, scale_name: str, recomputed: set[tuple]) -> list[dict]:
+    """The rows of an earlier table at ``path`` (same scale) whose settings (``setting_key``) are not being
+    recomputed, so that calibrating one organism or one group adds to the table instead of replacing it."""
     if not path.exists():
         return []
     earlier = json.loads(path.read_text())
     if earlier.get("scale") != scale_name:
         return []
-    return [r for r in earlier["rows"] if r["organism"] not in recomputed]
+    return [r for r in earlier["rows"] if setting_key(r) not in recomputed]
 
 
-def calibrate(scale_name: str, out: Path, organisms: tuple[str, ...] | None = None) -> dict:
-    """Run the grid at a scale (optionally only for some organisms, keeping the other organisms' rows of the
-    table already in ``out``) and write the calibration table; returns the JSON it wrote."""
+def selected_rows(scale_name: str, organisms: tuple[str, ...] | None, groups: tuple[str, ...] | None) -> list[dict]:
+    """The calibration rows a run computes: those of ``groups`` (default: all) for ``organisms`` (default: the
+    scale's), each with its organism resolved (``smoke`` runs only the first grid row, on its own organism)."""
     scale = SCALES[scale_name]
-    wanted = organisms or scale["organisms"]
-    rows = []
-    for row in GRID + HORIZON:
-        organism = scale["organisms"][0] if scale_name == "smoke" else row["organism"]
-        if organism not in wanted or organism not in scale["organisms"] or (scale_name == "smoke" and row is not GRID[0]):
-            continue
-        org = build_organism(organism)
+    if scale_name == "smoke":
+        return [{**GRID[0], "organism": scale["organisms"][0]}]
+    unknown = sorted(set(groups or ()) - set(GROUPS))
+    if unknown:
+        raise KeyError(f"calibration group(s) {unknown}: not in {sorted(GROUPS)}")
+    wanted = set(organisms or scale["organisms"]) & set(scale["organisms"])
+    return [row for group in (groups or tuple(GROUPS)) for row in GROUPS[group] if row["organism"] in wanted]
+
+
+def measured_row(row: dict, scale_name: str, seed: int, method: str, base: dict) -> dict:
+    """One line of the calibration's JSON: train (or read from the cache) ``method`` at ``row`` and ``seed``, and
+    measure its visible-update fraction, interval cosine, reward trend, wall time and accuracies."""
+    scale = SCALES[scale_name]
+    result = run(method_config(method, row, scale, seed, row["organism"]), progress=True)
+    model = result.load_model()
+    return {
+        **row, "seed": seed, "method": method, "steps": result.config.steps,
+        "problems": result.config.source.n_problems,
+        "visible_updated": 100 * bf16_sparsity(result.snapshot(0), result.snapshot())["overall"]["updated"],
+        "interval_cosine": mean_consecutive_interval_cosine(result),
+        **reward_trend(result),
+        "wall_time": result.wall_time,
+        "base": base,
+        **{f"acc_{k}": v for k, v in score(model, build_organism(row["organism"]).tokenizer, scale).items()},
+    }
+
+
+def _measured_row_in_worker(args: tuple) -> dict:
+    torch.set_num_threads(1)
+    return measured_row(*args)
+
+
+def calibrate(scale_name: str, out: Path, organisms: tuple[str, ...] | None = None,
+              groups: tuple[str, ...] | None = None, jobs: int = 1) -> dict:
+    """Run the calibration rows of some groups at a scale (default: every group; optionally only for some
+    organisms), keeping the rows of other settings in the table already in ``out``, and write the table;
+    returns the JSON it wrote. With ``jobs`` > 1 the runs train and are scored in that many worker processes
+    (one torch thread each; runs are cached under a file lock, so their weights are the same either way)."""
+    if jobs < 1:
+        raise ValueError(f"calibrate: jobs={jobs}, must be at least 1")
+    scale = SCALES[scale_name]
+    todo = selected_rows(scale_name, organisms, groups)
+    recomputed = {setting_key({**row, "steps": row_steps(row, scale), "problems": row_problems(row, scale)})
+                  for row in todo}
+    work = []
+    for row in todo:
+        org = build_organism(row["organism"])
         base = score(org.base, org.tokenizer, scale)
-        for seed in scale["seeds"]:
-            for method in METHODS:
-                result = run(method_config(method, row, scale, seed, organism), progress=True)
-                final = result.snapshot()
-                rows.append({
-                    **row, "organism": organism, "seed": seed, "method": method, "steps": result.config.steps,
-                    "problems": result.config.source.n_problems,
-                    "visible_updated": 100 * bf16_sparsity(result.snapshot(0), final)["overall"]["updated"],
-                    "interval_cosine": mean_consecutive_interval_cosine(result),
-                    **reward_trend(result),
-                    "wall_time": result.wall_time,
-                    "base": base,
-                    **{f"acc_{k}": v for k, v in score(result.load_model(), org.tokenizer, scale).items()},
-                })
-    report = {"scale": scale_name, "rows": kept_rows(out / "organism.json", scale_name, wanted) + rows}
+        work += [(row, scale_name, seed, method, base) for seed in scale["seeds"] for method in METHODS]
+    if jobs > 1:
+        with ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
+            rows = list(pool.map(_measured_row_in_worker, work))
+    else:
+        rows = [measured_row(*task) for task in work]
+    report = {"scale": scale_name, "rows": kept_rows(out / "organism.json", scale_name, recomputed) + rows}
     atomic_write_json(out / "organism.json", report)
     atomic_write_text(out / "organism.md", render(report))
     return report
@@ -186,4 +227,8 @@ def register_cli(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--scale", choices=sorted(SCALES), default="full")
     p.add_argument("-o", "--out", type=Path, default=Path("results"))
     p.add_argument("--organism", action="append", help="only these organisms (repeatable; default: the scale's)")
-    p.set_defaults(func=lambda a: calibrate(a.scale, a.out, tuple(a.organism) if a.organism else None) and 0)
+    p.add_argument("--group", action="append", choices=sorted(GROUPS),
+                   help="only these groups of rows (repeatable; default: all)")
+    p.add_argument("--jobs", type=int, default=1, help="train and score runs in this many worker processes")
+    p.set_defaults(func=lambda a: calibrate(a.scale, a.out, tuple(a.organism) if a.organism else None,
+                                            tuple(a.group) if a.group else None, a.jobs) and 0)

@@ -4,7 +4,8 @@ import json
 
 import pytest
 
-from opsft.calibrate import calibrate, kept_rows, render
+from ablations.calibration import GAIN, GRID, GROUPS
+from opsft.calibrate import calibrate, kept_rows, render, selected_rows, setting_key
 
 
 @pytest.mark.slow
@@ -18,16 +19,30 @@ def test_smoke_calibration_writes_a_row_per_method_with_measured_fractions(tmp_p
     table = (tmp_path / "organism.md").read_text()
     assert table == render(report)
     assert table.count("| nano | fp32 |") == 3
+    in_workers = calibrate("smoke", tmp_path / "workers", jobs=2)
+    assert in_workers == report, "runs scored in worker processes give the same table"
 
 
-def test_recalibrating_one_organism_keeps_the_other_organisms_rows(tmp_path):
+def test_recalibrating_some_settings_keeps_the_other_settings_rows(tmp_path):
     path = tmp_path / "organism.json"
-    assert kept_rows(path, "full", ("small",)) == []
-    rows = [{"organism": "micro", "method": "grpo"}, {"organism": "small", "method": "grpo"}]
+    setting = {"precision": "fp32", "lr_rl": 1e-6, "lr_sft": 1e-5, "steps": 100, "problems": 256}
+    micro, small = {**setting, "organism": "micro"}, {**setting, "organism": "small"}
+    assert kept_rows(path, "full", {setting_key(small)}) == []
+    rows = [{**micro, "method": "grpo"}, {**small, "method": "grpo"}, {**micro, "steps": 1000, "method": "sft"}]
     path.write_text(json.dumps({"scale": "full", "rows": rows}))
-    assert kept_rows(path, "full", ("small",)) == rows[:1]
-    assert kept_rows(path, "full", ("micro", "small")) == []
-    assert kept_rows(path, "ci", ("small",)) == [], "rows of another scale are never mixed in"
+    assert kept_rows(path, "full", {setting_key(small)}) == [rows[0], rows[2]]
+    assert kept_rows(path, "full", {setting_key(micro), setting_key(small)}) == rows[2:], \
+        "a row differing only in its steps is another setting"
+    assert kept_rows(path, "ci", {setting_key(small)}) == [], "rows of another scale are never mixed in"
+
+
+def test_groups_select_their_rows_and_unknown_groups_are_named():
+    assert selected_rows("full", ("micro",), ("gain",)) == [dict(r) for r in GAIN]
+    assert all(r["organism"] == "small" for r in selected_rows("full", ("small",), None))
+    assert len(selected_rows("full", None, None)) == sum(len(g) for g in GROUPS.values())
+    assert selected_rows("smoke", None, ("gain",)) == [{**GRID[0], "organism": "nano"}]
+    with pytest.raises(KeyError, match="'warmup'"):
+        selected_rows("full", None, ("warmup",))
 
 
 def test_rows_differing_only_in_steps_are_separate_lines():

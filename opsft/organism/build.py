@@ -192,7 +192,7 @@ def build_organism(name: str = "micro", cache: Path | None = None) -> Organism:
 def _trained(recipe: ModelRecipe, root: Path, tokenizer: PreTrainedTokenizerBase) -> tuple[Path, float]:
     """The weights file of ``recipe`` (``<root>/models/<style>-<digest>/model.safetensors``) and the seconds it
     took to pretrain: trained and saved with a checksummed ``model.json`` unless a verified one is there."""
-    folder = root / "models" / f"{recipe.style}-{recipe.digest()}"
+    folder = _model_folder(recipe, root)
     folder.mkdir(parents=True, exist_ok=True)
     with FileLock(str(folder) + ".lock"):
         manifest = read_verified_manifest(folder / "model.json", "organism model cache")
@@ -206,10 +206,15 @@ def _trained(recipe: ModelRecipe, root: Path, tokenizer: PreTrainedTokenizerBase
     return folder / "model.safetensors", manifest["seconds"]
 
 
-def _is_cached(recipe: ModelRecipe, root: Path) -> bool:
-    """Whether ``recipe``'s model is in the cache under ``root`` with a manifest that verifies."""
-    folder = root / "models" / f"{recipe.style}-{recipe.digest()}"
-    return read_verified_manifest(folder / "model.json", "organism model cache") is not None
+def _model_folder(recipe: ModelRecipe, root: Path) -> Path:
+    """Where ``recipe``'s pretrained model is cached under ``root``."""
+    return root / "models" / f"{recipe.style}-{recipe.digest()}"
+
+
+def _has_manifest(recipe: ModelRecipe, root: Path) -> bool:
+    """Whether ``recipe``'s model has a manifest under ``root`` (``_trained`` verifies it, and retrains a corrupt
+    entry, when it loads it)."""
+    return (_model_folder(recipe, root) / "model.json").exists()
 
 
 def _trained_in_child(recipe: ModelRecipe, root: Path) -> tuple[Path, float]:
@@ -223,7 +228,7 @@ def _train_both(spec: OrganismSpec, root: Path, tokenizer: PreTrainedTokenizerBa
     computation, so the weights are the same as built one after the other, and the cold build takes the
     longer of the two instead of their sum."""
     base, teacher = spec.recipe("base"), spec.recipe("teacher")
-    if _is_cached(base, root) or _is_cached(teacher, root):
+    if _has_manifest(base, root) or _has_manifest(teacher, root):
         return {"base": _trained(base, root, tokenizer), "teacher": _trained(teacher, root, tokenizer)}
     with ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn")) as pool:
         teacher_job = pool.submit(_trained_in_child, teacher, root)

@@ -30,6 +30,7 @@ from opsft.organism import tasks
 from opsft.organism.accuracy import accuracy
 from opsft.organism.build import build_organism
 from opsft.runs import run
+from opsft.threads import pinned_threads
 
 HELD_OUT = ("times", "neg", "format")
 METHODS = ("grpo", "opd", "sft")
@@ -63,13 +64,16 @@ def method_config(method: str, row: dict, scale: dict, seed: int, organism: str)
 
 
 def score(model: torch.nn.Module, tokenizer, scale: dict) -> dict[str, float]:
-    """Greedy accuracy (%) on held-out in-domain problems, on the training set, and on held-out abilities."""
+    """Greedy accuracy (%) on held-out in-domain problems, on the training set, and on held-out abilities, at the
+    cached computations' pinned thread count (``opsft.threads``), so a row does not depend on who scored it."""
     n = scale["eval_n"]
     model = model.float()
-    out = {"in_domain": 100 * accuracy(model, tokenizer, tasks.generate("arith", "test", n, 1)),
-           "train_set": 100 * accuracy(model, tokenizer, tasks.generate("arith", "train", min(n, scale["n_problems"]), 0))}
-    for family in HELD_OUT:
-        out[family] = 100 * accuracy(model, tokenizer, tasks.generate(family, "test", n, 1, at_most=True))
+    with pinned_threads():
+        out = {"in_domain": 100 * accuracy(model, tokenizer, tasks.generate("arith", "test", n, 1)),
+               "train_set": 100 * accuracy(model, tokenizer,
+                                           tasks.generate("arith", "train", min(n, scale["n_problems"]), 0))}
+        for family in HELD_OUT:
+            out[family] = 100 * accuracy(model, tokenizer, tasks.generate(family, "test", n, 1, at_most=True))
     out["held_out_mean"] = statistics.fmean(out[f] for f in HELD_OUT)
     return out
 

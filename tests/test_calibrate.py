@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from ablations.calibration import GAIN, GRID, GROUPS
+from ablations.calibration import GAIN, GRID, GROUPS, SCALES
 from opsft.calibrate import calibrate, kept_rows, render, selected_rows, setting_key
 
 
@@ -57,3 +57,25 @@ def test_rows_differing_only_in_steps_are_separate_lines():
     table = render({"scale": "full", "rows": rows})
     assert "| micro | fp32 | 1e-06 / 1e-05 | 100 / 256 | sft | 90.0 | 1.0 |" in table
     assert "| micro | fp32 | 1e-06 / 1e-05 | 1000 / 256 | sft | 90.0 | 15.0 |" in table
+
+
+def test_scoring_runs_at_the_pinned_thread_count_whatever_the_caller_set(monkeypatch):
+    """A row's accuracies must not depend on the scoring process's torch threads (cached runs are trained at
+    ``CACHED_THREADS``; greedy decoding over another reduction order could flip a near tie)."""
+    import torch
+
+    import opsft.calibrate as calibrate_module
+    from opsft.organism.tokenizer import build_tokenizer
+    from opsft.threads import CACHED_THREADS
+
+    seen = []
+    monkeypatch.setattr(calibrate_module, "accuracy", lambda *a: seen.append(torch.get_num_threads()) or 0.5)
+    before = torch.get_num_threads()
+    torch.set_num_threads(CACHED_THREADS + 1)
+    try:
+        out = calibrate_module.score(torch.nn.Linear(1, 1), build_tokenizer(), SCALES["smoke"])
+        assert torch.get_num_threads() == CACHED_THREADS + 1, "the caller's count is restored"
+    finally:
+        torch.set_num_threads(before)
+    assert seen == [CACHED_THREADS] * 5
+    assert out["in_domain"] == 50.0 and out["held_out_mean"] == 50.0

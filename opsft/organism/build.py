@@ -242,8 +242,9 @@ def _build(spec: OrganismSpec, root: Path, folder: Path, tokenizer: PreTrainedTo
     seconds = {role: s for role, (_, s) in trained.items()}
     tokenizer.save_pretrained(folder / "tokenizer")
     t_measure = time.perf_counter()
-    accuracy_report = {role: measure(_load_model(spec.recipe(role).size, paths[role]), tokenizer,
-                                     spec.eval_problems) for role in paths}
+    with pinned_threads():  # the report is cached with the models: a function of the spec alone
+        accuracy_report = {role: measure(_load_model(spec.recipe(role).size, paths[role]), tokenizer,
+                                         spec.eval_problems) for role in paths}
     models = {role: str(Path("..") / p.relative_to(root)) for role, p in paths.items()}
     return {
         "spec": spec.to_dict(),

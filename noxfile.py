@@ -1,5 +1,7 @@
 """Sessions: `tests` (default), `claims`, `ablations` (the main job, off by default), `lint`."""
 
+import os
+
 import nox
 
 nox.options.sessions = ["tests", "lint"]
@@ -54,13 +56,21 @@ def claims(session: nox.Session) -> None:
     run_claims(session, scale, *session.posargs[1:])
 
 
+def worker_count() -> str:
+    """Processes for the main job: one per CPU this process may use (every worker trains at one torch thread;
+    runs are cached under file locks, so the numbers are the same with any count)."""
+    return str(len(os.sched_getaffinity(0)))
+
+
 @nox.session(default=False)
 def ablations(session: nox.Session) -> None:
-    """The main job: organism regime calibration, then every claim, at a scale (after `--`, default `full`)."""
+    """The main job: organism regime calibration, then every claim, at a scale (after `--`, default `full`), in
+    one worker process per CPU."""
     install_project(session)
     scale = session.posargs[0] if session.posargs else "full"
-    session.run("opsft", "calibrate", "--scale", scale, "-o", scale_outputs(scale)[0])
-    run_claims(session, scale)
+    jobs = worker_count()
+    session.run("opsft", "calibrate", "--scale", scale, "-o", scale_outputs(scale)[0], "--jobs", jobs)
+    run_claims(session, scale, "-n", jobs)
 
 
 @nox.session

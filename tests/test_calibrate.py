@@ -5,7 +5,15 @@ import json
 import pytest
 
 from ablations.calibration import GAIN, GRID, GROUPS, SCALES
-from opsft.calibrate import calibrate, kept_rows, render, selected_rows, setting_key
+from opsft.calibrate import (
+    calibrate,
+    kept_rows,
+    regime_checks,
+    render,
+    render_regime_checks,
+    selected_rows,
+    setting_key,
+)
 
 
 @pytest.mark.slow
@@ -79,3 +87,36 @@ def test_scoring_runs_at_the_pinned_thread_count_whatever_the_caller_set(monkeyp
         torch.set_num_threads(before)
     assert seen == [CACHED_THREADS] * 5
     assert out["in_domain"] == 50.0 and out["held_out_mean"] == 50.0
+
+
+def _rows(visible: dict, gains: dict, sft_held: list[float], steps: int = 100) -> list[dict]:
+    """Rows of one setting: per method, one row per seed with the given visible % and in-domain gains (base
+    in-domain 20, held-out 40); SFT's held-out accuracies per seed, the others keep the base's."""
+    base = {"in_domain": 20.0, "held_out_mean": 40.0}
+    setting = {"organism": "micro", "precision": "fp32", "lr_rl": 1e-6, "lr_sft": 1e-5, "steps": steps,
+               "problems": 256}
+    return [{**setting, "method": m, "seed": i, "base": base, "visible_updated": visible[m],
+             "acc_in_domain": 20.0 + g, "acc_held_out_mean": sft_held[i] if m == "sft" else 40.0}
+            for m in ("grpo", "opd", "sft") for i, g in enumerate(gains[m])]
+
+
+def test_the_regime_check_names_which_condition_a_setting_misses():
+    regime = {"grpo": 20.0, "opd": 50.0, "sft": 90.0}
+    learn = {"grpo": [2.0, 3.0, 4.0], "opd": [0.0, 0.0, 0.0], "sft": [5.0, 6.0, 7.0]}
+    good = _rows(regime, learn, [30.0, 31.0, 29.0])
+    dense_grpo = _rows({**regime, "grpo": 60.0}, learn, [30.0, 31.0, 29.0], steps=1000)
+    (check,) = regime_checks({"rows": good})
+    assert check["setting"] == ("micro", "fp32", 1e-6, 1e-5, 100, 256)
+    assert check["ordering"] and check["both_learn"] and check["sft_forgets"] and check["all"]
+    checks = regime_checks({"rows": good + dense_grpo})
+    assert [c["all"] for c in checks] == [True, False]
+    assert not checks[1]["ordering"] and checks[1]["both_learn"]
+    noisy = _rows(regime, {**learn, "grpo": [-3.0, 1.0, 8.0]}, [30.0, 31.0, 29.0])
+    assert not regime_checks({"rows": noisy})[0]["both_learn"], "a gain within its seed spread is not measured"
+    slight = _rows(regime, learn, [39.3, 39.3, 39.3])
+    assert not regime_checks({"rows": slight})[0]["sft_forgets"], "a 0.7-point drop is under MIN_EFFECT"
+    lines = render_regime_checks({"rows": good + dense_grpo})
+    assert "| micro | fp32 | 1e-06 / 1e-05 | 100 / 256 | yes | yes | yes | yes |" in lines
+    assert "| micro | fp32 | 1e-06 / 1e-05 | 1000 / 256 | no | yes | yes | no |" in lines
+    assert lines[-1] == "Settings meeting all three: 1 of 2."
+    assert "No calibrated setting" in render_regime_checks({"rows": dense_grpo})[-1]

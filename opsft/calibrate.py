@@ -2,13 +2,13 @@
 
 For each row of the groups of ``ablations.calibration.GROUPS`` (``grid``: the claims' settings; ``horizon``:
 the papers' horizon, more steps on more problems; ``gain``: the learning rates at which both methods learn in
-100 steps) and each seed, trains GRPO, OPD and SFT from the organism's base for the same number of steps (SFT
-on a finite set of teacher trajectories, many epochs; GRPO and OPD sampling prompts from the same finite set)
-and measures what the papers' regime requires:
+100 steps; ``long_sft``: SFT for longer than the on-policy runs, as OPSFT's SFT stage) and each seed, trains
+GRPO, OPD and SFT from the organism's base (SFT on a finite set of teacher trajectories, many epochs; GRPO and
+OPD sampling prompts from the same finite set) and measures what the papers' regime requires:
 the bf16-visible changed fraction of each method (papers: SFT dense > OPD > GRPO sparse), the in-domain
 gain over the base on held-out problems, accuracy on the training set itself, the held-out abilities
-(forgetting), and the mean cosine between consecutive interval updates. Writes ``organism.md`` and
-``organism.json``.
+(forgetting), and the mean cosine between consecutive interval updates; then checks, per setting, which of
+the regime's conditions hold (``regime_checks``). Writes ``organism.md`` and ``organism.json``.
 """
 
 from __future__ import annotations
@@ -36,9 +36,14 @@ HELD_OUT = ("times", "neg", "format")
 METHODS = ("grpo", "opd", "sft")
 
 
-def row_steps(row: dict, scale: dict) -> int:
-    """Optimizer steps of a calibration row's runs: the scale's, times the row's ``steps_factor`` (default 1)."""
-    return scale["steps"] * row.get("steps_factor", 1)
+def row_steps(row: dict, scale: dict, method: str) -> int:
+    """Optimizer steps of a calibration row's ``method`` run: the scale's, times the row's ``steps_factor``
+    (default 1); SFT's times ``sft_steps_factor`` when the row has one (OPSFT's SFT stage runs for epochs after a
+    short on-policy run)."""
+    factor = row.get("steps_factor", 1)
+    if method == "sft":
+        factor = row.get("sft_steps_factor", factor)
+    return scale["steps"] * factor
 
 
 def row_problems(row: dict, scale: dict) -> int:
@@ -48,7 +53,7 @@ def row_problems(row: dict, scale: dict) -> int:
 
 def method_config(method: str, row: dict, scale: dict, seed: int, organism: str) -> RunConfig:
     """The RunConfig of one calibration run: GRPO/OPD on-policy at ``lr_rl``, SFT on teacher data at ``lr_sft``."""
-    steps = row_steps(row, scale)
+    steps = row_steps(row, scale, method)
     snaps = tuple(sorted({steps // 4, steps // 2, 3 * steps // 4} - {0}))
     if method == "sft":
         source = SourceConfig(kind="static", family="arith", n_problems=row_problems(row, scale), batch_size=64,
@@ -95,10 +100,17 @@ def mean_consecutive_interval_cosine(result) -> float:
     return statistics.fmean(cos[i][i + 1] for i in range(len(cos) - 1))
 
 
+def setting_steps(row: dict, scale: dict) -> dict[str, int]:
+    """The run lengths of a calibration row's setting: ``rl_steps`` (GRPO and OPD) and ``sft_steps``."""
+    return {"rl_steps": row_steps(row, scale, "grpo"), "sft_steps": row_steps(row, scale, "sft")}
+
+
 def setting_key(row: dict) -> tuple:
-    """What identifies a calibration setting (a table line, before the method): organism, precision, learning
-    rates, steps and problem-set size."""
-    return row["organism"], row["precision"], row["lr_rl"], row["lr_sft"], row["steps"], row["problems"]
+    """What identifies a calibration setting (its methods' lines, grouped): organism, precision, learning rates,
+    the on-policy and SFT run lengths and the problem-set size. (Rows that name no separate lengths ran every
+    method for ``steps``.)"""
+    lengths = (row["rl_steps"], row["sft_steps"]) if "rl_steps" in row else (row["steps"], row["steps"])
+    return (row["organism"], row["precision"], row["lr_rl"], row["lr_sft"], *lengths, row["problems"])
 
 
 def kept_rows(path: Path, scale_name: str, recomputed: set[tuple]) -> list[dict]:
@@ -132,7 +144,7 @@ def measured_row(row: dict, scale_name: str, seed: int, method: str, base: dict)
     result = run(method_config(method, row, scale, seed, row["organism"]), progress=True)
     model = result.load_model()
     return {
-        **row, "seed": seed, "method": method, "steps": result.config.steps,
+        **row, "seed": seed, "method": method, "steps": result.config.steps, **setting_steps(row, scale),
         "problems": result.config.source.n_problems,
         "visible_updated": 100 * bf16_sparsity(result.snapshot(0), result.snapshot())["overall"]["updated"],
         "interval_cosine": mean_consecutive_interval_cosine(result),
@@ -158,7 +170,7 @@ def calibrate(scale_name: str, out: Path, organisms: tuple[str, ...] | None = No
         raise ValueError(f"calibrate: jobs={jobs}, must be at least 1")
     scale = SCALES[scale_name]
     todo = selected_rows(scale_name, organisms, groups)
-    recomputed = {setting_key({**row, "steps": row_steps(row, scale), "problems": row_problems(row, scale)})
+    recomputed = {setting_key({**row, **setting_steps(row, scale), "problems": row_problems(row, scale)})
                   for row in todo}
     work = []
     for row in todo:
@@ -204,13 +216,11 @@ def render(report: dict) -> str:
         " held-out mean (base) | sampled reward, first -> last 10 steps | interval cos | seconds |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
-    def setting(r: dict) -> tuple:
-        return r["organism"], r["precision"], r["lr_rl"], r["lr_sft"], f"{r['steps']} / {r['problems']}", r["method"]
-
-    keys = sorted({setting(r) for r in report["rows"]},
-                  key=lambda k: (k[0], k[1], k[2], int(k[4].split(" / ")[0]), METHODS.index(k[5])))
-    for key in keys:
-        group = [r for r in report["rows"] if setting(r) == key]
+    keys = sorted({(setting_key(r), r["method"]) for r in report["rows"]},
+                  key=lambda k: (k[0][:3], k[0][4:], k[0][3], METHODS.index(k[1])))
+    for setting, method in keys:
+        group = [r for r in report["rows"] if setting_key(r) == setting and r["method"] == method]
+        key = (*setting[:4], f"{group[0]['steps']} / {setting[-1]}", method)
         gain = [r["acc_in_domain"] - r["base"]["in_domain"] for r in group]
         held = [r["acc_held_out_mean"] for r in group]
         lines.append(
@@ -262,7 +272,7 @@ def regime_checks(report: dict) -> list[dict]:
     for r in report["rows"]:
         by_setting.setdefault(setting_key(r), {}).setdefault(r["method"], []).append(r)
     out = []
-    for key in sorted(by_setting, key=lambda k: (k[0], k[1], k[2], k[3], k[4])):
+    for key in sorted(by_setting, key=lambda k: (k[:3], k[4:], k[3])):
         methods = by_setting[key]
         if set(methods) != set(METHODS):
             continue
@@ -294,7 +304,8 @@ def render_regime_checks(report: dict) -> list[str]:
         "|---|---|---|---|---|---|---|---|",
     ]
     for c in checks:
-        org, precision, lr_rl, lr_sft, steps, problems = c["setting"]
+        org, precision, lr_rl, lr_sft, rl_steps, sft_steps, problems = c["setting"]
+        steps = rl_steps if rl_steps == sft_steps else f"{rl_steps} (SFT {sft_steps})"
         lines.append(f"| {org} | {precision} | {lr_rl:g} / {lr_sft:g} | {steps} / {problems} | {mark[c['ordering']]}"
                      f" | {mark[c['both_learn']]} | {mark[c['sft_forgets']]} | {mark[c['all']]} |")
     meeting = [c for c in checks if c["all"]]

@@ -8,11 +8,14 @@ from ablations.calibration import GAIN, GRID, GROUPS, SCALES
 from opsft.calibrate import (
     calibrate,
     kept_rows,
+    method_config,
     regime_checks,
     render,
     render_regime_checks,
+    row_steps,
     selected_rows,
     setting_key,
+    setting_steps,
 )
 
 
@@ -106,7 +109,7 @@ def test_the_regime_check_names_which_condition_a_setting_misses():
     good = _rows(regime, learn, [30.0, 31.0, 29.0])
     dense_grpo = _rows({**regime, "grpo": 60.0}, learn, [30.0, 31.0, 29.0], steps=1000)
     (check,) = regime_checks({"rows": good})
-    assert check["setting"] == ("micro", "fp32", 1e-6, 1e-5, 100, 256)
+    assert check["setting"] == ("micro", "fp32", 1e-6, 1e-5, 100, 100, 256)
     assert check["ordering"] and check["both_learn"] and check["sft_forgets"] and check["all"]
     checks = regime_checks({"rows": good + dense_grpo})
     assert [c["all"] for c in checks] == [True, False]
@@ -120,3 +123,27 @@ def test_the_regime_check_names_which_condition_a_setting_misses():
     assert "| micro | fp32 | 1e-06 / 1e-05 | 1000 / 256 | no | yes | yes | no |" in lines
     assert lines[-1] == "Settings meeting all three: 1 of 2."
     assert "No calibrated setting" in render_regime_checks({"rows": dense_grpo})[-1]
+
+
+def test_a_row_can_give_sft_more_steps_than_the_on_policy_runs():
+    row = {"organism": "small", "precision": "fp32", "lr_rl": 1e-6, "lr_sft": 1e-4, "sft_steps_factor": 4}
+    scale = SCALES["full"]
+    assert [row_steps(row, scale, m) for m in ("grpo", "opd", "sft")] == [100, 100, 400]
+    assert [method_config(m, row, scale, 0, "small").steps for m in ("grpo", "sft")] == [100, 400]
+    assert method_config("sft", row, scale, 0, "small").snapshot_steps == (100, 200, 300)
+    assert row_steps({**row, "steps_factor": 10, "sft_steps_factor": 4}, scale, "grpo") == 1000
+    assert row_steps({"steps_factor": 10}, scale, "sft") == 1000, "without sft_steps_factor SFT runs as long"
+    assert setting_key({**row, **setting_steps(row, scale), "problems": 4096}) == \
+        ("small", "fp32", 1e-6, 1e-4, 100, 400, 4096)
+    regime = {"grpo": 20.0, "opd": 50.0, "sft": 90.0}
+    learn = {"grpo": [2.0, 3.0, 4.0], "opd": [0.0, 0.0, 0.0], "sft": [5.0, 6.0, 7.0]}
+    rows = [{**r, "rl_steps": 100, "sft_steps": 400, "steps": 400 if r["method"] == "sft" else 100}
+            for r in _rows(regime, learn, [30.0, 31.0, 29.0])]
+    (check,) = regime_checks({"rows": rows})
+    assert check["setting"][4:6] == (100, 400) and check["all"], "the methods of one setting are checked together"
+    table = render({"scale": "full", "rows": [{**r, "acc_train_set": 0.0, "wall_time": 1.0, "interval_cosine": 0.5,
+                                               "base": {**r["base"], "train_set": 0.0, "times": 0.0, "neg": 0.0,
+                                                        "format": 0.0}} for r in rows]})
+    assert "| micro | fp32 | 1e-06 / 1e-05 | 100 / 256 | grpo |" in table
+    assert "| micro | fp32 | 1e-06 / 1e-05 | 400 / 256 | sft |" in table
+    assert "| micro | fp32 | 1e-06 / 1e-05 | 100 (SFT 400) / 256 | yes | yes | yes | yes |" in table

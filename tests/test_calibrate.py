@@ -29,7 +29,9 @@ def test_smoke_calibration_writes_a_row_per_method_with_measured_fractions(tmp_p
     assert json.loads((tmp_path / "organism.json").read_text()) == json.loads(json.dumps(report))
     table = (tmp_path / "organism.md").read_text()
     assert table == render(report)
-    assert table.count("| nano | fp32 |") == 3
+    assert [table.count(f"| 4 / 32 | {m} |") for m in ("grpo", "opd", "sft")] == [1, 1, 1]
+    assert table.count("| nano | fp32 |") == 4, "three method lines and the setting's regime check"
+    assert "Settings meeting all three: " in table and " of 1." in table
     in_workers = calibrate("smoke", tmp_path / "workers", jobs=2)
     assert in_workers == report, "runs scored in worker processes give the same table"
 

@@ -113,6 +113,11 @@ def setting_key(row: dict) -> tuple:
     return (row["organism"], row["precision"], row["lr_rl"], row["lr_sft"], *lengths, row["problems"])
 
 
+def _setting_order(key: tuple) -> tuple:
+    """Table order of a ``setting_key``: organism, precision, on-policy lr, run lengths and problems, SFT lr."""
+    return key[:3], key[4:], key[3]
+
+
 def kept_rows(path: Path, scale_name: str, recomputed: set[tuple]) -> list[dict]:
     """The rows of an earlier table at ``path`` (same scale) whose settings (``setting_key``) are not being
     recomputed, so that calibrating one organism or one group adds to the table instead of replacing it."""
@@ -217,11 +222,11 @@ def render(report: dict) -> str:
         "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     keys = sorted({(setting_key(r), r["method"]) for r in report["rows"]},
-                  key=lambda k: (k[0][:3], k[0][4:], k[0][3], METHODS.index(k[1])))
+                  key=lambda k: (*_setting_order(k[0]), METHODS.index(k[1])))
     for setting, method in keys:
         group = [r for r in report["rows"] if setting_key(r) == setting and r["method"] == method]
         key = (*setting[:4], f"{group[0]['steps']} / {setting[-1]}", method)
-        gain = [r["acc_in_domain"] - r["base"]["in_domain"] for r in group]
+        gain = _gains(group)
         held = [r["acc_held_out_mean"] for r in group]
         lines.append(
             f"| {key[0]} | {key[1]} | {key[2]:g} / {key[3]:g} | {key[4]} | {key[5]} | {_mean_sd([r['visible_updated'] for r in group])}"
@@ -272,7 +277,7 @@ def regime_checks(report: dict) -> list[dict]:
     for r in report["rows"]:
         by_setting.setdefault(setting_key(r), {}).setdefault(r["method"], []).append(r)
     out = []
-    for key in sorted(by_setting, key=lambda k: (k[:3], k[4:], k[3])):
+    for key in sorted(by_setting, key=_setting_order):
         methods = by_setting[key]
         if set(methods) != set(METHODS):
             continue

@@ -62,6 +62,11 @@ def worker_count() -> str:
     return str(len(os.sched_getaffinity(0)))
 
 
+# What `opsft calibrate` computes before the claims of a scale: the scale's own calibration, except at `regime`,
+# whose claims train at the `small` long_sft row of the `full` calibration (ablations/claims.py).
+CALIBRATION = {"regime": ("--scale", "full", "--organism", "small", "--group", "long_sft")}
+
+
 @nox.session(default=False)
 def ablations(session: nox.Session) -> None:
     """The main job: organism regime calibration, then every claim, at a scale (after `--`, default `full`), in
@@ -69,7 +74,8 @@ def ablations(session: nox.Session) -> None:
     install_project(session)
     scale = session.posargs[0] if session.posargs else "full"
     jobs = worker_count()
-    session.run("opsft", "calibrate", "--scale", scale, "-o", scale_outputs(scale)[0], "--jobs", jobs)
+    calibration = CALIBRATION.get(scale, ("--scale", scale))
+    session.run("opsft", "calibrate", *calibration, "-o", scale_outputs(scale)[0], "--jobs", jobs)
     run_claims(session, scale, "-n", jobs)
 
 

@@ -8,22 +8,32 @@ from __future__ import annotations
 
 from typing import Any
 
-from ablations.calibration import GRID, SCALES
+from ablations.calibration import GRID, LONG_SFT, SCALES
 
-SCALE_NAMES = ("smoke", "ci", "full", "paper")
+SCALE_NAMES = ("smoke", "ci", "full", "regime", "paper")
 
 # The calibration row claims train at (organism x precision x learning rates): fp32 masters, lr 1e-6 / 1e-5,
 # the row whose bf16-visible update shares come closest to GEO Table 1 (results/organism.md: GRPO 20.7%,
 # SFT 92.3% against 22.8% / 91.9%). Chosen on the update geometry, before any OPSFT accuracy was measured.
 ROW = GRID[0]
 
+# `regime`: the claims at the one calibrated setting that meets all three of the papers' regime conditions
+# (results/organism.md, "Regime check": sparse GRPO that learns, dense SFT that learns, SFT forgetting): the
+# `small` student, fp32 masters, GRPO and OPD 100 steps at lr 1e-6, SFT 400 steps at lr 1e-4, 4096 problems.
+# Sizes are `full`'s, so its GRPO / OPD / SFT arms are the calibration's own long_sft runs. About 8 min a GRPO
+# run and 9 min an SFT or constrained-SFT run on one core here (45 s and 10 s at `full` on micro).
+_REGIME = {**SCALES["full"], "organisms": ("small",), "row": LONG_SFT[0]}
+
 _PAPER = {"seeds": (0, 1, 2), "skip": "the real-model recipe (GPU, HF checkpoints) is not wired into the claims yet"}
 
 
 def scale_profile(name: str) -> dict[str, Any]:
-    """The size profile of scale ``name`` (``smoke|ci|full`` from the calibration; ``paper`` is a skip)."""
+    """The size profile of scale ``name`` (``smoke|ci|full`` from the calibration; ``regime``: ``full``'s sizes on
+    the regime's organism and row; ``paper`` is a skip)."""
     if name == "paper":
         return dict(_PAPER)
+    if name == "regime":
+        return dict(_REGIME)
     try:
         return dict(SCALES[name])
     except KeyError:
@@ -33,3 +43,9 @@ def scale_profile(name: str) -> dict[str, Any]:
 def organism(scale: dict[str, Any]) -> str:
     """The organism a claim trains at this scale: the scale's first (smallest) organism."""
     return scale["organisms"][0]
+
+
+def claims_row(scale: dict[str, Any]) -> dict[str, Any]:
+    """The calibration row (precision x learning rates x run lengths) claims train at this scale: the scale's own
+    ``row`` where it names one (``regime``), else ``ROW``."""
+    return scale.get("row", ROW)

@@ -11,8 +11,7 @@ import math
 
 import pytest
 
-from ablations.claims import ROW, organism
-from opsft.calibrate import method_config
+from opsft.claims.arms import baseline
 from opsft.claims.measure import direction_consistency
 
 
@@ -21,7 +20,7 @@ def test_claim_direction_consistency(claim, seed):
     """Consecutive interval cosine: SFT > 0.2, GRPO and OPD within 0.1 of 0; cosine of the first cumulative
     update with the final one: SFT above GRPO and above OPD."""
     for method in ("sft", "opd", "grpo"):
-        result = claim.run(method_config(method, ROW, claim.scale, seed, organism(claim.scale)))
+        result = claim.run(baseline(method, claim.scale, seed))
         measured = claim.record(method, seed, **direction_consistency(result))
         for name, value in measured.items():
             assert math.isnan(value) or -1 - 1e-9 <= value <= 1 + 1e-9, f"{method}: {name} = {value} is no cosine"

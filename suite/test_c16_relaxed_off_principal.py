@@ -8,8 +8,7 @@ calibration table); the verdict is decided over seeds by the rules registered fo
 
 import pytest
 
-from ablations.claims import ROW, organism
-from opsft.calibrate import method_config
+from opsft.claims.arms import baseline
 from opsft.claims.measure import endpoint_metrics
 
 
@@ -18,6 +17,6 @@ def test_claim_relaxed_off_principal(claim, seed):
     """Visible updates, principal angles and NSS order SFT > OPD > GRPO; GRPO overlaps the principal mask
     below random and the low-magnitude mask above random, with OPD between SFT and GRPO."""
     for method in ("sft", "opd", "grpo"):
-        result = claim.run(method_config(method, ROW, claim.scale, seed, organism(claim.scale)))
+        result = claim.run(baseline(method, claim.scale, seed))
         measured = claim.record(method, seed, **endpoint_metrics(result))
         assert 0 <= measured["updated_pct"] <= 100, f"{method}: updated share outside [0, 100]"

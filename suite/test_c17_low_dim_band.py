@@ -12,8 +12,7 @@ import math
 
 import pytest
 
-from ablations.claims import ROW, organism
-from opsft.calibrate import method_config
+from opsft.claims.arms import baseline
 from opsft.claims.measure import low_dim_band
 
 
@@ -22,7 +21,7 @@ def test_claim_low_dim_band(claim, seed):
     """log(last / first) stable rank: OPD within 0.25 of 0, SFT > 0, GRPO < 0; final Frobenius norm
     OPD > GRPO; log(last / first) Hill index: SFT > 0, GRPO < 0."""
     for method in ("sft", "opd", "grpo"):
-        result = claim.run(method_config(method, ROW, claim.scale, seed, organism(claim.scale)))
+        result = claim.run(baseline(method, claim.scale, seed))
         measured = claim.record(method, seed, **low_dim_band(result))
         for name in ("stable_rank_first", "stable_rank_last"):
             assert math.isnan(measured[name]) or measured[name] >= 1 - 1e-9, f"{method}: {name} below 1"

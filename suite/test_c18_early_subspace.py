@@ -11,8 +11,7 @@ import math
 
 import pytest
 
-from ablations.claims import ROW, organism
-from opsft.calibrate import method_config
+from opsft.claims.arms import baseline
 from opsft.claims.measure import early_subspace
 
 
@@ -20,7 +19,7 @@ from opsft.claims.measure import early_subspace
 def test_claim_early_subspace(claim, seed):
     """Subspace similarity with the end at the first checkpoint: OPD above SFT and above GRPO."""
     for method in ("sft", "opd", "grpo"):
-        result = claim.run(method_config(method, ROW, claim.scale, seed, organism(claim.scale)))
+        result = claim.run(baseline(method, claim.scale, seed))
         measured = claim.record(method, seed, **early_subspace(result))
         for name, value in measured.items():
             assert math.isnan(value) or -1e-9 <= value <= 1 + 1e-9, f"{method}: {name} = {value} outside [0, 1]"

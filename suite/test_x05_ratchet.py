@@ -44,7 +44,7 @@ def test_claim_ratchet(claim, seed):
         v = extract(source.snapshot(0), source.snapshot(used.direction_step), rule=used.rule, step=used.direction_step)
         sft_run = claim.run(sft)
         sft_distance = distance(sft_run.snapshot(0), sft_run.snapshot())
-        assert sft_distance > 0, f"SFT{row_label(row)} did not move from the base"
+        assert sft_distance > 0, f"SFT{row_label(row, claim.scale)} did not move from the base"
         for arm, cfg in arms.items():
             result = claim.run(cfg)
             before, after = result.snapshot(0), result.snapshot()
@@ -54,6 +54,6 @@ def test_claim_ratchet(claim, seed):
             if cfg.constraint.mode in SIGNED_MODES:
                 mask = build_masks(cfg.constraint.mode, v, None, cfg.constraint.seed)
                 values["share_along_mask"] = share_along(before, after, mask)
-            measured = claim.record(arm + row_label(row), seed, **values,
+            measured = claim.record(arm + row_label(row, claim.scale), seed, **values,
                                     **accuracies(result.load_model(), org.tokenizer, claim.scale))
             assert all(0 <= measured[k] <= 100 for k in ("in_domain", "train_set")), f"{arm}: {measured}"

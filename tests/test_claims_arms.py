@@ -4,8 +4,9 @@ import dataclasses
 
 import pytest
 
-from ablations.calibration import SCALES
-from ablations.claims import ROW
+from ablations.calibration import LONG_SFT, SCALES
+from ablations.claims import ROW, scale_profile
+from opsft.calibrate import method_config
 from opsft.claims.arms import (
     baseline,
     constrained,
@@ -62,7 +63,18 @@ def test_grid_rows_sweep_the_organisms_rows_except_at_smoke():
     rows = grid_rows("full", FULL)
     assert ROW in rows and {r["precision"] for r in rows} == {"fp32", "bf16"}
     assert len({(r["precision"], r["lr_sft"]) for r in rows}) == len(rows) == 4
-    assert row_label(ROW) == ""
-    labels = [row_label(r) for r in rows if r != ROW]
+    assert row_label(ROW, FULL) == ""
+    labels = [row_label(r, FULL) for r in rows if r != ROW]
     assert len(set(labels)) == 3 and not any("." in label for label in labels)
-    assert row_label({"precision": "bf16", "lr_sft": 3e-5}) == "_bf16_lr3e-05"
+    assert row_label({"precision": "bf16", "lr_sft": 3e-5}, FULL) == "_bf16_lr3e-05"
+
+
+def test_regime_scale_trains_the_calibrations_long_sft_runs_on_small():
+    regime = scale_profile("regime")
+    for method in ("grpo", "opd", "sft"):
+        for seed in regime["seeds"]:
+            assert baseline(method, regime, seed) == method_config(method, LONG_SFT[0], FULL, seed, "small")
+    grpo, sft = baseline("grpo", regime, 0), baseline("sft", regime, 0)
+    assert (grpo.steps, sft.steps, sft.source.n_problems) == (100, 400, 4096)
+    assert grid_rows("regime", regime) == (LONG_SFT[0],) and row_label(LONG_SFT[0], regime) == ""
+    assert row_label(ROW, regime) == "_fp32_lr1e-05"

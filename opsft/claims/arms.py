@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ablations.calibration import GRID
-from ablations.claims import ROW, organism
+from ablations.claims import claims_row, organism
 from opsft.calibrate import method_config
 from opsft.config import ConstraintConfig, RunConfig
 
@@ -24,8 +24,10 @@ PAPER_SFT_STEPS_PER_GRPO_STEP = 7
 PROJECTION_START = 0.2
 
 
-def baseline(method: str, scale: Mapping[str, Any], seed: int, row: Mapping[str, Any] = ROW) -> RunConfig:
-    """The calibration's GRPO / OPD / SFT run of this scale and seed."""
+def baseline(method: str, scale: Mapping[str, Any], seed: int, row: Mapping[str, Any] | None = None) -> RunConfig:
+    """The calibration's GRPO / OPD / SFT run of this scale and seed, at ``row`` (default: the scale's
+    ``claims_row``)."""
+    row = claims_row(dict(scale)) if row is None else row
     return method_config(method, dict(row), dict(scale), seed, organism(scale))
 
 
@@ -74,18 +76,19 @@ def split_at(config: RunConfig, fraction: float) -> tuple[RunConfig, RunConfig]:
 
 
 def grid_rows(scale_name: str, scale: Mapping[str, Any]) -> tuple[Mapping[str, Any], ...]:
-    """The calibration rows (precision x learning rates) a sweep trains at this scale: ``ROW`` alone at
-    ``smoke`` (kept tiny), otherwise every row of the grid for the scale's organism (on micro: fp32 masters
-    and pure bf16, each at two learning rates)."""
-    if scale_name == "smoke":
-        return (ROW,)
+    """The calibration rows (precision x learning rates) a sweep trains at this scale: the ``claims_row`` alone
+    at ``smoke`` (kept tiny) and at a scale that names its own row (``regime``: its one calibrated setting),
+    otherwise every row of the grid for the scale's organism (on micro: fp32 masters and pure bf16, each at two
+    learning rates)."""
+    if scale_name == "smoke" or "row" in scale:
+        return (claims_row(dict(scale)),)
     rows = tuple(row for row in GRID if row["organism"] == organism(scale))
     if not rows:
         raise ValueError(f"scale {scale_name!r}: no calibration row trains organism {organism(scale)!r}")
     return rows
 
 
-def row_label(row: Mapping[str, Any]) -> str:
-    """A short arm suffix naming a calibration row, e.g. ``fp32_lr1e-05`` (its SFT learning rate); empty for
-    ``ROW``, the setting every claim trains at, so that its arms keep the registry's names."""
-    return "" if row == ROW else f"_{row['precision']}_lr{row['lr_sft']:.0e}"
+def row_label(row: Mapping[str, Any], scale: Mapping[str, Any]) -> str:
+    """A short arm suffix naming a calibration row, e.g. ``fp32_lr1e-05`` (its SFT learning rate); empty for the
+    scale's ``claims_row``, the setting every claim trains at, so that its arms keep the registry's names."""
+    return "" if row == claims_row(dict(scale)) else f"_{row['precision']}_lr{row['lr_sft']:.0e}"

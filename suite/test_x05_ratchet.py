@@ -8,20 +8,23 @@ zeroed where a step was undone (``sign_reset``, the control that removes the rat
 support (``random_sign``) and v's locations (``location``). Per arm: ``distance`` ||theta_T - theta_0|| and
 ``distance_vs_sft`` (its ratio to SFT's), ``share_along_v`` = cos^2(Delta, v) (``opsft.claims.travel``; 1 for
 a uniform drift along v), ``share_along_mask`` the same against the arm's own sign mask (the random signs for
-``random_sign``), and the accuracies, to see whether accuracy falls as the distance grows. Arms of rows other
-than the claims' row carry the row in their name (``sign_bf16_lr3e-05``).
+``random_sign``), ``agree_on_v``, the share of v's support on which the arm's update took v's sign
+(``opsft.claims.travel``: for SFT and ``location`` it says how much of v's sign pattern the teacher data's own
+update already follows, about 1/2 for none), and the accuracies, to see whether accuracy falls as the distance
+grows. ``drift_sign`` and ``drift_random_sign`` train nothing: the base moved by the sign arm's distance
+uniformly along v, and along the random signs (``opsft.claims.travel.drifted``), to tell whether a drift of that
+length hurts because of where it points (v) or only because of its length. Arms of rows other than the claims'
+row carry the row in their name (``sign_bf16_lr3e-05``).
 """
 
 import pytest
 
 from opsft.claims.arms import baseline, constrained, grid_rows, row_label
 from opsft.claims.measure import accuracies
-from opsft.claims.travel import distance, share_along
+from opsft.claims.travel import agreement_on_support, distance, drifted, share_along
 from opsft.constraints import build_masks
 from opsft.directions import extract
 from opsft.organism.build import build_organism
-
-SIGNED_MODES = ("sign", "random-sign")  # masks that allow one sign per weight, so "along the mask" is defined
 
 
 def masked_arms(sft, grpo, seed: int) -> dict:
@@ -45,15 +48,22 @@ def test_claim_ratchet(claim, seed):
         sft_run = claim.run(sft)
         sft_distance = distance(sft_run.snapshot(0), sft_run.snapshot())
         assert sft_distance > 0, f"SFT{row_label(row, claim.scale)} did not move from the base"
+        label = row_label(row, claim.scale)
+        masks = {arm: build_masks(arms[arm].constraint.mode, v, None, arms[arm].constraint.seed)
+                 for arm in ("sign", "random_sign")}
+        travelled = {}
         for arm, cfg in arms.items():
             result = claim.run(cfg)
             before, after = result.snapshot(0), result.snapshot()
-            travelled = distance(before, after)
-            values = {"distance": travelled, "distance_vs_sft": travelled / sft_distance,
-                      "share_along_v": share_along(before, after, v.signs)}
-            if cfg.constraint.mode in SIGNED_MODES:
-                mask = build_masks(cfg.constraint.mode, v, None, cfg.constraint.seed)
-                values["share_along_mask"] = share_along(before, after, mask)
-            measured = claim.record(arm + row_label(row, claim.scale), seed, **values,
+            travelled[arm] = distance(before, after)
+            values = {"distance": travelled[arm], "distance_vs_sft": travelled[arm] / sft_distance,
+                      "share_along_v": share_along(before, after, v.signs),
+                      "agree_on_v": agreement_on_support(before, after, v.signs)}
+            if arm in masks:
+                values["share_along_mask"] = share_along(before, after, masks[arm])
+            measured = claim.record(arm + label, seed, **values,
                                     **accuracies(result.load_model(), org.tokenizer, claim.scale))
             assert all(0 <= measured[k] <= 100 for k in ("in_domain", "train_set")), f"{arm}: {measured}"
+        for arm, mask in masks.items():  # the ratchet's limit: the sign arm's distance as a pure drift, no SFT
+            model = drifted(sft_run.load_model(0), mask, travelled["sign"])
+            claim.record(f"drift_{arm}{label}", seed, **accuracies(model, org.tokenizer, claim.scale))

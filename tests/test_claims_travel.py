@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from opsft.claims.timing import time_to_step
-from opsft.claims.travel import distance, mean_stable_rank, share_along
+from opsft.claims.travel import agreement_on_support, distance, drifted, mean_stable_rank, share_along
 from opsft.config import RunConfig
 from opsft.runs import RunResult
 
@@ -71,6 +71,48 @@ def test_share_along_is_nan_without_motion_and_names_a_bad_pattern():
         share_along(before, after, {k: v for k, v in ones.items() if "norm" not in k})
     with pytest.raises(ValueError, match="up_proj"):
         share_along(before, after, {**ones, UP: torch.ones(4, 6, dtype=torch.int8)})
+
+
+def test_agreement_on_support_counts_the_marked_weights_that_took_the_marked_sign():
+    before = {UP: torch.zeros(2, 3)}
+    signs = {UP: torch.tensor([[1, -1, 0], [1, -1, 1]], dtype=torch.int8)}
+    # marked: 5 weights; agree at (0,0) and (1,1); (0,1) moved the wrong way, (1,0) did not move, (1,2) wrong way;
+    # the unmarked (0,2) moved and does not count
+    after = {UP: torch.tensor([[0.3, 0.2, 5.0], [0.0, -1e-7, -0.1]])}
+    assert agreement_on_support(before, after, signs) == pytest.approx(2 / 5, rel=1e-12)
+    drift = {UP: 1e-3 * signs[UP].float()}
+    assert agreement_on_support(before, drift, signs) == 1.0
+    assert math.isnan(agreement_on_support(before, after, {UP: torch.zeros(2, 3, dtype=torch.int8)}))
+    with pytest.raises(ValueError, match="up_proj"):
+        agreement_on_support(before, after, {UP: torch.ones(3, 2, dtype=torch.int8)})
+
+
+def test_agreement_on_support_of_an_unrelated_update_is_about_one_half():
+    g = torch.Generator().manual_seed(1)
+    before, after = {UP: torch.zeros(500, 500)}, {UP: torch.randn(500, 500, generator=g)}
+    signs = {UP: torch.randint(-1, 2, (500, 500), generator=g, dtype=torch.int8)}
+    assert agreement_on_support(before, after, signs) == pytest.approx(0.5, abs=5e-3)
+
+
+def test_drifted_moves_every_marked_weight_equally_by_the_asked_length():
+    model = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.Linear(3, 2))
+    before = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    g = torch.Generator().manual_seed(2)
+    signs = {k: torch.randint(-1, 2, v.shape, generator=g, dtype=torch.int8) for k, v in before.items()}
+    after = {k: v.detach().clone() for k, v in drifted(model, signs, 0.5).state_dict().items()}
+    assert distance(before, after) == pytest.approx(0.5, rel=1e-6)
+    assert share_along(before, after, signs) == pytest.approx(1.0, rel=1e-6)
+    for k in before:
+        assert torch.equal(after[k][signs[k] == 0], before[k][signs[k] == 0])
+    with pytest.raises(KeyError, match="1.bias"):
+        drifted(model, {k: v for k, v in signs.items() if k != "1.bias"}, 0.5)
+    zeros = {k: torch.zeros_like(v) for k, v in signs.items()}
+    with pytest.raises(ValueError, match="zero everywhere"):
+        drifted(model, zeros, 0.5)
+    with pytest.raises(ValueError, match="length"):
+        drifted(model, signs, -1.0)
+    unmoved = drifted(model, zeros, 0.0).state_dict()
+    assert all(torch.equal(unmoved[k], after[k]) for k in after)
 
 
 def test_mean_stable_rank_of_closed_form_updates_skips_embeddings_and_vectors():

@@ -37,8 +37,13 @@ GAIN = (
 # set 92%: memorised), 4096 +13.0 (held-out abilities 75 -> 50%), 8192 +11.0 (75 -> 66%). OPSFT's own SFT stage
 # likewise runs for epochs after a short on-policy run, so this row keeps GRPO and OPD at the papers' 100 steps at
 # lr 1e-6 and gives SFT 400 steps, all on 4096 problems.
+# The second row is the same at the papers' SFT learning rate, 1e-5 (ten times GRPO's, CLAIMS.md's SFT anchor),
+# for the claims that sweep learning rates at `regime` (X05: the ratchet drifts at about lr per step; X06: SFT's
+# frontier). A one-seed probe: SFT there ends below the base (51.0% in-domain at step 400 against 59.0%).
 LONG_SFT = (
     {"organism": "small", "precision": "fp32", "lr_rl": 1e-6, "lr_sft": 1e-4, "sft_steps_factor": 4,
+     "problems_factor": 16},
+    {"organism": "small", "precision": "fp32", "lr_rl": 1e-6, "lr_sft": 1e-5, "sft_steps_factor": 4,
      "problems_factor": 16},
 )
 

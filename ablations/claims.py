@@ -22,7 +22,8 @@ ROW = GRID[0]
 # `small` student, fp32 masters, GRPO and OPD 100 steps at lr 1e-6, SFT 400 steps at lr 1e-4, 4096 problems.
 # Sizes are `full`'s, so its GRPO / OPD / SFT arms are the calibration's own long_sft runs. About 8 min a GRPO
 # run and 9 min an SFT or constrained-SFT run on one core here (45 s and 10 s at `full` on micro).
-_REGIME = {**SCALES["full"], "organisms": ("small",), "row": LONG_SFT[0]}
+# The sweeps over rows (X05, X06) train both long_sft rows: lr 1e-4 and the papers' 1e-5.
+_REGIME = {**SCALES["full"], "organisms": ("small",), "row": LONG_SFT[0], "rows": LONG_SFT}
 
 _PAPER = {"seeds": (0, 1, 2), "skip": "the real-model recipe (GPU, HF checkpoints) is not wired into the claims yet"}
 

@@ -76,5 +76,6 @@ def test_regime_scale_trains_the_calibrations_long_sft_runs_on_small():
             assert baseline(method, regime, seed) == method_config(method, LONG_SFT[0], FULL, seed, "small")
     grpo, sft = baseline("grpo", regime, 0), baseline("sft", regime, 0)
     assert (grpo.steps, sft.steps, sft.source.n_problems) == (100, 400, 4096)
-    assert grid_rows("regime", regime) == (LONG_SFT[0],) and row_label(LONG_SFT[0], regime) == ""
+    assert grid_rows("regime", regime) == LONG_SFT and row_label(LONG_SFT[0], regime) == ""
+    assert row_label(LONG_SFT[1], regime) == "_fp32_lr1e-05"
     assert row_label(ROW, regime) == "_fp32_lr1e-05"

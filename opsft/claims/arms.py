@@ -77,11 +77,13 @@ def split_at(config: RunConfig, fraction: float) -> tuple[RunConfig, RunConfig]:
 
 def grid_rows(scale_name: str, scale: Mapping[str, Any]) -> tuple[Mapping[str, Any], ...]:
     """The calibration rows (precision x learning rates) a sweep trains at this scale: the ``claims_row`` alone
-    at ``smoke`` (kept tiny) and at a scale that names its own row (``regime``: its one calibrated setting),
-    otherwise every row of the grid for the scale's organism (on micro: fp32 masters and pure bf16, each at two
-    learning rates)."""
-    if scale_name == "smoke" or "row" in scale:
+    at ``smoke`` (kept tiny), the scale's own ``rows`` where it names them (``regime``: the long_sft rows at SFT
+    lr 1e-4 and 1e-5), otherwise every row of the grid for the scale's organism (on micro: fp32 masters and
+    pure bf16, each at two learning rates)."""
+    if scale_name == "smoke":
         return (claims_row(dict(scale)),)
+    if "rows" in scale:
+        return tuple(scale["rows"])
     rows = tuple(row for row in GRID if row["organism"] == organism(scale))
     if not rows:
         raise ValueError(f"scale {scale_name!r}: no calibration row trains organism {organism(scale)!r}")

@@ -13,7 +13,9 @@ a uniform drift along v), ``share_along_mask`` the same against the arm's own si
 update already follows, about 1/2 for none), and the accuracies, to see whether accuracy falls as the distance
 grows. ``drift_sign`` and ``drift_random_sign`` train nothing: the base moved by the sign arm's distance
 uniformly along v, and along the random signs (``opsft.claims.travel.drifted``), to tell whether a drift of that
-length hurts because of where it points (v) or only because of its length. Arms of rows other than the claims'
+length hurts because of where it points (v) or only because of its length; each records the stable rank of
+its sign pattern's layer matrices (``pattern_stable_rank``: low when the drift moves every input along few
+directions). Arms of rows other than the claims'
 row carry the row in their name (``sign_bf16_lr3e-05``).
 """
 
@@ -21,7 +23,7 @@ import pytest
 
 from opsft.claims.arms import baseline, constrained, grid_rows, row_label
 from opsft.claims.measure import accuracies
-from opsft.claims.travel import agreement_on_support, distance, drifted, share_along
+from opsft.claims.travel import agreement_on_support, distance, drifted, pattern_stable_rank, share_along
 from opsft.constraints import build_masks
 from opsft.directions import extract
 from opsft.organism.build import build_organism
@@ -66,4 +68,5 @@ def test_claim_ratchet(claim, seed):
             assert all(0 <= measured[k] <= 100 for k in ("in_domain", "train_set")), f"{arm}: {measured}"
         for arm, mask in masks.items():  # the ratchet's limit: the sign arm's distance as a pure drift, no SFT
             model = drifted(sft_run.load_model(0), mask, travelled["sign"])
-            claim.record(f"drift_{arm}{label}", seed, **accuracies(model, org.tokenizer, claim.scale))
+            claim.record(f"drift_{arm}{label}", seed, pattern_stable_rank=pattern_stable_rank(mask),
+                         **accuracies(model, org.tokenizer, claim.scale))

@@ -8,7 +8,14 @@ import pytest
 import torch
 
 from opsft.claims.timing import time_to_step
-from opsft.claims.travel import agreement_on_support, distance, drifted, mean_stable_rank, share_along
+from opsft.claims.travel import (
+    agreement_on_support,
+    distance,
+    drifted,
+    mean_stable_rank,
+    pattern_stable_rank,
+    share_along,
+)
 from opsft.config import RunConfig
 from opsft.runs import RunResult
 
@@ -92,6 +99,19 @@ def test_agreement_on_support_of_an_unrelated_update_is_about_one_half():
     before, after = {UP: torch.zeros(500, 500)}, {UP: torch.randn(500, 500, generator=g)}
     signs = {UP: torch.randint(-1, 2, (500, 500), generator=g, dtype=torch.int8)}
     assert agreement_on_support(before, after, signs) == pytest.approx(0.5, abs=5e-3)
+
+
+def test_pattern_stable_rank_is_one_for_an_outer_product_of_signs_and_large_for_random_signs():
+    g = torch.Generator().manual_seed(4)
+    a = torch.sign(torch.randn(200, generator=g))
+    b = torch.sign(torch.randn(300, generator=g))
+    coherent = {UP: torch.outer(a, b).to(torch.int8), EMBED: torch.ones(5, 4, dtype=torch.int8),
+                "model.norm.weight": torch.ones(4, dtype=torch.int8)}
+    assert pattern_stable_rank(coherent) == pytest.approx(1.0, rel=1e-9)  # the embedding and the norm do not count
+    random = {UP: torch.randint(0, 2, (200, 300), generator=g, dtype=torch.int8) * 2 - 1}
+    expected = 200 / (1 + math.sqrt(200 / 300)) ** 2  # Marchenko-Pastur edge of a 200 x 300 Rademacher matrix
+    assert pattern_stable_rank(random) == pytest.approx(expected, rel=0.1)
+    assert math.isnan(pattern_stable_rank({UP: torch.zeros(3, 3, dtype=torch.int8)}))
 
 
 def test_drifted_moves_every_marked_weight_equally_by_the_asked_length():

@@ -10,6 +10,8 @@ streamed tensor by tensor in float64 (claims X05 and C19).
                  s marks on which the update took s's sign (about 1/2 when the two are unrelated and every
                  marked weight moved; 1 for a drift along s);
 - stable rank:   ||dW||_F^2 / ||dW||_2^2 of each layer matrix's update, averaged over matrices;
+- pattern stable rank: ||S||_F^2 / ||S||_2^2 of a sign pattern S's layer matrices, how coherent a drift along S
+                 is (a low stable rank moves every input along few directions);
 - drifted:       theta + (d / ||s||) s, the ratchet's limit with no training signal at all: every weight s marks
                  moved by the same amount in s's sign, ||Delta|| = d.
 """
@@ -85,6 +87,15 @@ def mean_stable_rank(before: WeightSource, after: WeightSource) -> float:
     ranks = [r for r in ranks if not math.isnan(r)]
     return statistics.fmean(ranks) if ranks else math.nan
 
+
+
+def pattern_stable_rank(signs: Mapping[str, torch.Tensor]) -> float:
+    """Mean over layer matrices (2-D, embeddings excluded) of the stable rank ||S||_F^2 / ||S||_2^2 of a sign
+    pattern S itself, i.e. of a uniform drift along it: low for a coherent pattern (sign(a b^T) has stable rank
+    1), about min(m, n) / (1 + sqrt(min / max))^2 for independent random signs. NaN when no matrix is marked."""
+    ranks = [stable_rank(t.to(torch.float64), name) for name, t in sorted(signs.items()) if is_layer_matrix(name, t)]
+    ranks = [r for r in ranks if not math.isnan(r)]
+    return statistics.fmean(ranks) if ranks else math.nan
 
 @torch.no_grad()
 def drifted(model: torch.nn.Module, signs: Mapping[str, torch.Tensor], length: float) -> torch.nn.Module:

@@ -2,14 +2,16 @@
 with each step kept to the sign of a short GRPO run's update v, beats vanilla SFT and lands close to the
 GRPO run that supplied v."
 
-v is taken at half of the GRPO run's steps; the SFT, GRPO and base arms are the calibration's runs. Beside
+v is taken at half of the GRPO run's steps, and OPSFT trains as many steps as the GRPO run (``opsft_recipe``:
+the paper's 50 GRPO + 100 constrained steps; where SFT trains longer, as at ``regime``, SFT still runs its own
+length, as the paper's 700); the SFT, GRPO and base arms are the calibration's runs. Beside
 held-out accuracy the test records training-set accuracy (X06: is "beats SFT" more than "fits the SFT set
 less"?) and the held-out abilities' mean.
 """
 
 import pytest
 
-from opsft.claims.arms import baseline, constrained
+from opsft.claims.arms import baseline, opsft_recipe
 from opsft.claims.measure import accuracies
 from opsft.organism.build import build_organism
 
@@ -19,7 +21,7 @@ def test_claim_sign_beats_sft(claim, seed):
     """Held-out in-domain accuracy: OPSFT > SFT, and OPSFT within the registered tolerance of GRPO."""
     grpo, sft = baseline("grpo", claim.scale, seed), baseline("sft", claim.scale, seed)
     org = build_organism(sft.organism)
-    opsft = constrained(sft, grpo, "sign")
+    opsft = opsft_recipe(sft, grpo, "sign")
     models = {"base": org.base, **{arm: claim.run(cfg).load_model() for arm, cfg in
                                    (("sft", sft), ("grpo", grpo), ("opsft", opsft))}}
     for arm, model in models.items():

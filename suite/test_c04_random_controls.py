@@ -9,7 +9,7 @@ the location and sign arms are C03's and C02's own runs, not retrained under ano
 
 import pytest
 
-from opsft.claims.arms import baseline, constrained
+from opsft.claims.arms import baseline, opsft_recipe
 from opsft.claims.measure import accuracies
 from opsft.organism.build import build_organism
 
@@ -22,6 +22,6 @@ def test_claim_random_controls(claim, seed):
     grpo, sft = baseline("grpo", claim.scale, seed), baseline("sft", claim.scale, seed)
     org = build_organism(sft.organism)
     for arm, mode in MASKS.items():
-        cfg = constrained(sft, grpo, mode, **({"seed": seed} if mode.startswith("random") else {}))
+        cfg = opsft_recipe(sft, grpo, mode, **({"seed": seed} if mode.startswith("random") else {}))
         measured = claim.record(arm, seed, **accuracies(claim.run(cfg).load_model(), org.tokenizer, claim.scale))
         assert all(0 <= v <= 100 for v in measured.values()), f"{arm}: accuracy outside [0, 100]: {measured}"

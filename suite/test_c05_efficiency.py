@@ -14,7 +14,13 @@ trained each run, under that machine's load.
 
 import pytest
 
-from opsft.claims.arms import PAPER_SFT_STEPS_PER_GRPO_STEP, baseline, constrained, lengthened, with_objective
+from opsft.claims.arms import (
+    PAPER_SFT_STEPS_PER_GRPO_STEP,
+    baseline,
+    lengthened,
+    opsft_recipe,
+    with_objective,
+)
 from opsft.claims.measure import accuracies
 from opsft.claims.timing import time_to_step
 from opsft.organism.build import build_organism
@@ -25,7 +31,7 @@ def test_claim_efficiency(claim, seed):
     """Held-out accuracy and wall time of GRPO, long SFT, long DFT and (half GRPO + OPSFT)."""
     grpo, sft = baseline("grpo", claim.scale, seed), baseline("sft", claim.scale, seed)
     long_sft = lengthened(sft, PAPER_SFT_STEPS_PER_GRPO_STEP)
-    opsft = constrained(sft, grpo, "sign")
+    opsft = opsft_recipe(sft, grpo, "sign")
     org = build_organism(sft.organism)
     finding_v = time_to_step(claim.run(grpo), opsft.constraint.direction_step)
     recipes = {"grpo": (grpo, 0.0), "sft": (long_sft, 0.0), "dft": (with_objective(long_sft, "dft"), 0.0),

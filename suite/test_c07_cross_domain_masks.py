@@ -21,7 +21,7 @@ import statistics
 
 import pytest
 
-from opsft.claims.arms import baseline, constrained, on_family
+from opsft.claims.arms import baseline, on_family, opsft_recipe
 from opsft.claims.measure import accuracies
 from opsft.compare import compare_checkpoints
 from opsft.organism.build import build_organism
@@ -47,6 +47,6 @@ def test_claim_cross_domain_masks(claim, seed):
     claim.record("code", seed, grpo_mean_reward=100 * statistics.fmean(m["reward"] for m in code_steps),
                  grpo_steps_with_gradient=statistics.fmean(m["grad_norm"] > 0 for m in code_steps))
     for arm, source in sources.items():
-        measured = claim.record(arm, seed, **accuracies(claim.run(constrained(sft, source, "sign")).load_model(),
+        measured = claim.record(arm, seed, **accuracies(claim.run(opsft_recipe(sft, source, "sign")).load_model(),
                                                         org.tokenizer, claim.scale))
         assert all(0 <= v <= 100 for v in measured.values()), f"{arm}: accuracy outside [0, 100]: {measured}"

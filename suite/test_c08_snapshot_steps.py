@@ -10,7 +10,7 @@ import dataclasses
 
 import pytest
 
-from opsft.claims.arms import baseline, constrained
+from opsft.claims.arms import baseline, opsft_recipe
 from opsft.claims.measure import accuracies
 from opsft.organism.build import build_organism
 
@@ -23,7 +23,7 @@ def test_claim_snapshot_steps(claim, seed):
     early, mid, late = grpo.snapshot_steps[:3]
     scores = {}
     for arm, step in (("v_early", early), ("v_mid", mid), ("v_late", late)):
-        base_cfg = constrained(sft, grpo, "sign")
+        base_cfg = opsft_recipe(sft, grpo, "sign")
         cfg = dataclasses.replace(base_cfg, constraint=dataclasses.replace(base_cfg.constraint, direction_step=step))
         scores[arm] = claim.record(arm, seed, **accuracies(claim.run(cfg).load_model(), org.tokenizer,
                                                            claim.scale))["in_domain"]

@@ -10,7 +10,7 @@ visibly updated parameters and their held-out accuracy.
 import pytest
 
 from ablations.calibration import GRID
-from opsft.claims.arms import baseline, constrained
+from opsft.claims.arms import baseline, opsft_recipe
 from opsft.claims.measure import accuracies
 from opsft.diagnostics import bf16_sparsity
 from opsft.organism.build import build_organism
@@ -24,7 +24,7 @@ def test_claim_precision(claim, seed):
     for precision, row in ROWS.items():
         grpo, sft = baseline("grpo", claim.scale, seed, row), baseline("sft", claim.scale, seed, row)
         org = build_organism(sft.organism)
-        for arm, cfg in (("sft", sft), ("opsft", constrained(sft, grpo, "sign")), ("grpo", grpo)):
+        for arm, cfg in (("sft", sft), ("opsft", opsft_recipe(sft, grpo, "sign")), ("grpo", grpo)):
             result = claim.run(cfg)
             updated = 100 * bf16_sparsity(result.snapshot(0), result.snapshot())["overall"]["updated"]
             in_domain = accuracies(result.load_model(), org.tokenizer, claim.scale)["in_domain"]

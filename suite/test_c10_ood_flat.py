@@ -10,7 +10,7 @@ GRPO runs, and OPSFT with v from GRPO at half its steps. Training-set and in-dom
 
 import pytest
 
-from opsft.claims.arms import baseline, constrained
+from opsft.claims.arms import baseline, opsft_recipe
 from opsft.claims.measure import accuracies, ood_accuracies
 from opsft.organism.build import build_organism
 
@@ -21,7 +21,7 @@ def test_claim_ood_flat(claim, seed):
     grpo, sft = baseline("grpo", claim.scale, seed), baseline("sft", claim.scale, seed)
     org = build_organism(sft.organism)
     models = {"base": org.base, **{arm: claim.run(cfg).load_model() for arm, cfg in
-                                   (("sft", sft), ("grpo", grpo), ("opsft", constrained(sft, grpo, "sign")))}}
+                                   (("sft", sft), ("grpo", grpo), ("opsft", opsft_recipe(sft, grpo, "sign")))}}
     for arm, model in models.items():
         measured = claim.record(arm, seed, **ood_accuracies(model, org.tokenizer, claim.scale),
                                 **accuracies(model, org.tokenizer, claim.scale))

@@ -25,6 +25,7 @@ from opsft.claims.arms import (
     continued,
     lengthened,
     on_family,
+    opsft_recipe,
 )
 from opsft.claims.measure import code_accuracies
 from opsft.organism.build import build_organism
@@ -36,7 +37,7 @@ def test_claim_code_domain(claim, seed):
     grpo = on_family(baseline("grpo", claim.scale, seed), "code")
     sft = on_family(baseline("sft", claim.scale, seed), "code")
     sft_cont = continued(lengthened(sft, PAPER_SFT_STEPS_PER_GRPO_STEP), grpo)
-    arms = {"sft": sft, "grpo": grpo, "opsft": constrained(sft, grpo, "sign"), "sft_cont": sft_cont,
+    arms = {"sft": sft, "grpo": grpo, "opsft": opsft_recipe(sft, grpo, "sign"), "sft_cont": sft_cont,
             "opsft_cont": constrained(sft_cont, grpo, "sign", direction_step=None)}
     org = build_organism(sft.organism)
     runs = {arm: claim.run(cfg) for arm, cfg in arms.items()}

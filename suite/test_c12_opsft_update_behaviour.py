@@ -13,7 +13,7 @@ import statistics
 
 import pytest
 
-from opsft.claims.arms import baseline, constrained
+from opsft.claims.arms import baseline, opsft_recipe
 from opsft.claims.measure import closer_to, update_behaviour
 
 
@@ -22,7 +22,7 @@ def test_claim_opsft_update_behaviour(claim, seed):
     """For sparsity, Jaccard and cosine series, OPSFT's curve lies nearer GRPO's than SFT's."""
     grpo, sft = baseline("grpo", claim.scale, seed), baseline("sft", claim.scale, seed)
     series = {arm: update_behaviour(claim.run(cfg))
-              for arm, cfg in (("sft", sft), ("grpo", grpo), ("opsft", constrained(sft, grpo, "sign")))}
+              for arm, cfg in (("sft", sft), ("grpo", grpo), ("opsft", opsft_recipe(sft, grpo, "sign")))}
     for arm, curves in series.items():
         claim.record(arm, seed, **{f"mean_{name}": statistics.fmean(curve) for name, curve in curves.items()})
     for name in ("sparsity", "jaccard", "cosine"):

@@ -16,7 +16,7 @@ import math
 
 import pytest
 
-from opsft.claims.arms import baseline, constrained
+from opsft.claims.arms import baseline, opsft_recipe
 from opsft.claims.measure import behaviour_curves, closer_to, relative_gap
 from opsft.organism.build import build_organism
 
@@ -27,7 +27,7 @@ def test_claim_reasoning_behaviour(claim, seed):
     grpo, sft = baseline("grpo", claim.scale, seed), baseline("sft", claim.scale, seed)
     tokenizer = build_organism(sft.organism).tokenizer
     curves = {arm: behaviour_curves(claim.run(cfg), tokenizer, claim.scale_name, claim.scale)
-              for arm, cfg in (("sft", sft), ("grpo", grpo), ("opsft", constrained(sft, grpo, "sign")))}
+              for arm, cfg in (("sft", sft), ("grpo", grpo), ("opsft", opsft_recipe(sft, grpo, "sign")))}
     for arm, arm_curves in curves.items():
         claim.record(arm, seed, **{f"final_{name}": curve[-1] for name, curve in arm_curves.items()})
     opsft, sft_c, grpo_c = curves["opsft"], curves["sft"], curves["grpo"]

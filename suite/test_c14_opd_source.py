@@ -7,7 +7,7 @@ baseline as in C02.
 
 import pytest
 
-from opsft.claims.arms import baseline, constrained
+from opsft.claims.arms import baseline, opsft_recipe
 from opsft.claims.measure import accuracies
 from opsft.organism.build import build_organism
 
@@ -17,6 +17,6 @@ def test_claim_opd_source(claim, seed):
     """Held-out in-domain accuracy of SFT, OPD, and OPSFT with OPD's v."""
     opd, sft = baseline("opd", claim.scale, seed), baseline("sft", claim.scale, seed)
     org = build_organism(sft.organism)
-    for arm, cfg in (("sft", sft), ("opd", opd), ("opsft", constrained(sft, opd, "sign"))):
+    for arm, cfg in (("sft", sft), ("opd", opd), ("opsft", opsft_recipe(sft, opd, "sign"))):
         measured = claim.record(arm, seed, **accuracies(claim.run(cfg).load_model(), org.tokenizer, claim.scale))
         assert all(0 <= v <= 100 for v in measured.values()), f"{arm}: accuracy outside [0, 100]: {measured}"

@@ -9,7 +9,7 @@ import statistics
 
 import pytest
 
-from opsft.claims.arms import baseline, constrained
+from opsft.claims.arms import baseline, opsft_recipe
 from opsft.claims.measure import accuracies
 from opsft.organism.build import build_organism
 
@@ -23,6 +23,6 @@ def test_claim_sft_plateau(claim, seed):
     curve = [accuracies(run.load_model(step), org.tokenizer, claim.scale)["in_domain"]
              for step in (*sft.snapshot_steps, sft.steps)]
     claim.record("sft", seed, mean_in_domain=statistics.fmean(curve), max_in_domain=max(curve))
-    opsft = accuracies(claim.run(constrained(sft, grpo, "sign")).load_model(), org.tokenizer, claim.scale)
+    opsft = accuracies(claim.run(opsft_recipe(sft, grpo, "sign")).load_model(), org.tokenizer, claim.scale)
     measured = claim.record("opsft", seed, in_domain=opsft["in_domain"])
     assert all(0 <= v <= 100 for v in [*curve, *measured.values()])

@@ -14,6 +14,7 @@ from opsft.claims.arms import (
     grid_rows,
     lengthened,
     on_family,
+    opsft_recipe,
     row_label,
     split_at,
     with_objective,
@@ -27,6 +28,17 @@ def test_constrained_takes_v_at_half_the_source_unless_told():
     assert constrained(sft, grpo, "sign").constraint.direction_step == grpo.steps // 2
     final = constrained(sft, grpo, "sign", direction_step=None, reset_moments=True).constraint
     assert final.direction_step is None and final.reset_moments and final.direction_run == grpo
+
+
+def test_opsft_recipe_trains_the_source_runs_length_and_is_constrained_where_sft_runs_as_long():
+    for scale in (SCALES["ci"], FULL):  # SFT as long as GRPO: the same config, so no cached run changes digest
+        grpo, sft = baseline("grpo", scale, 0), baseline("sft", scale, 0)
+        assert opsft_recipe(sft, grpo, "sign") == constrained(sft, grpo, "sign")
+    regime = scale_profile("regime")
+    grpo, sft = baseline("grpo", regime, 0), baseline("sft", regime, 0)
+    arm = opsft_recipe(sft, grpo, "location", seed=3)
+    assert (arm.steps, arm.snapshot_steps, sft.steps) == (grpo.steps, grpo.snapshot_steps, 4 * grpo.steps)
+    assert arm.constraint == constrained(sft, grpo, "location", seed=3).constraint and arm.source == sft.source
 
 
 def test_lengthened_keeps_snapshots_at_the_same_fractions():

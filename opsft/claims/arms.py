@@ -39,6 +39,16 @@ def constrained(sft: RunConfig, source: RunConfig, mode: str, **options: Any) ->
     return dataclasses.replace(sft, constraint=ConstraintConfig(mode=mode, direction_run=source, **options))
 
 
+
+def opsft_recipe(sft: RunConfig, source: RunConfig, mode: str, **options: Any) -> RunConfig:
+    """OPSFT as the paper's efficiency recipe trains it (OPSFT section 4, Table 2: "50 GRPO steps fix v, then 100
+    constrained SFT steps", against GRPO's 100 and SFT's 700): ``constrained`` for as many steps as ``source``
+    ran, snapshotted where ``source`` was. Where SFT trains as long as the on-policy run (``full``, ``ci``) this
+    is ``constrained`` itself; where it trains longer (``regime``: 400 steps against 100), the constrained arm
+    still trains the on-policy run's length (X05 follows it over SFT's whole length)."""
+    return dataclasses.replace(constrained(sft, source, mode, **options), steps=source.steps,
+                               snapshot_steps=source.snapshot_steps)
+
 def lengthened(config: RunConfig, factor: int) -> RunConfig:
     """``config`` trained ``factor`` times as many steps, its snapshots at the same fractions of the run."""
     if factor < 1:

@@ -4,7 +4,8 @@ allowed weight along v at about lr per step. OPSFT runs ended 2-5x further from 
 
 For each calibration row (precision x learning rates; only the claims' row at smoke), SFT and SFT under four
 masks built from the row's GRPO v (at half its steps): the sign rule (``sign``), the same with Adam's moments
-zeroed where a step was undone (``sign_reset``, the control that removes the ratchet), random signs on v's
+zeroed where a step was undone (``sign_reset``: it removes the moments' memory of undone steps, so it tells
+whether that memory or Adam's per-weight normalisation drives the drift), random signs on v's
 support (``random_sign``) and v's locations (``location``). Per arm: ``distance`` ||theta_T - theta_0|| and
 ``distance_vs_sft`` (its ratio to SFT's), ``share_along_v`` = cos^2(Delta, v) (``opsft.claims.travel``; 1 for
 a uniform drift along v), ``share_along_mask`` the same against the arm's own sign mask (the random signs for

@@ -23,20 +23,21 @@ ROW = GRID[0]
 # Sizes are `full`'s, so its GRPO / OPD / SFT arms are the calibration's own long_sft runs. About 8 min a GRPO
 # run and 9 min an SFT or constrained-SFT run on one core here (45 s and 10 s at `full` on micro).
 # The sweeps over rows (X05, X06) train both long_sft rows: lr 1e-4 and the papers' 1e-5.
-_REGIME = {**SCALES["full"], "organisms": ("small",), "row": LONG_SFT[0], "rows": LONG_SFT}
+_REGIME = {**SCALES["full"], "suite": "full", "organisms": ("small",), "row": LONG_SFT[0], "rows": LONG_SFT}
 
 _PAPER = {"seeds": (0, 1, 2), "skip": "the real-model recipe (GPU, HF checkpoints) is not wired into the claims yet"}
 
 
 def scale_profile(name: str) -> dict[str, Any]:
     """The size profile of scale ``name`` (``smoke|ci|full`` from the calibration; ``regime``: ``full``'s sizes on
-    the regime's organism and row; ``paper`` is a skip)."""
+    the regime's organism and row; ``paper`` is a skip). ``suite`` names the evaluation suite whose sampling the
+    scale's sampled evaluations use (``opsft.evals.suite.SUITES``): the scale's own, ``full``'s at ``regime``."""
     if name == "paper":
         return dict(_PAPER)
     if name == "regime":
         return dict(_REGIME)
     try:
-        return dict(SCALES[name])
+        return {**SCALES[name], "suite": name}
     except KeyError:
         raise KeyError(f"unknown scale {name!r}; choose one of {', '.join(SCALE_NAMES)}") from None
 

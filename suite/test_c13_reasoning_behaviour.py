@@ -26,7 +26,7 @@ def test_claim_reasoning_behaviour(claim, seed):
     """OPSFT's length within 20% of SFT's and GRPO's; its accuracy std and cue rates nearer GRPO's than SFT's."""
     grpo, sft = baseline("grpo", claim.scale, seed), baseline("sft", claim.scale, seed)
     tokenizer = build_organism(sft.organism).tokenizer
-    curves = {arm: behaviour_curves(claim.run(cfg), tokenizer, claim.scale_name, claim.scale)
+    curves = {arm: behaviour_curves(claim.run(cfg), tokenizer, claim.scale)
               for arm, cfg in (("sft", sft), ("grpo", grpo), ("opsft", opsft_recipe(sft, grpo, "sign")))}
     for arm, arm_curves in curves.items():
         claim.record(arm, seed, **{f"final_{name}": curve[-1] for name, curve in arm_curves.items()})

@@ -252,8 +252,9 @@ def behaviour_curves(result: RunResult, tokenizer: PreTrainedTokenizerBase,
                      scale: Mapping[str, Any]) -> dict[str, list[float]]:
     """OPSFT Fig 7 over training (claim C13): at each stage after step 0, k completions (the sampling of the
     scale's evaluation suite ``scale["suite"]``: temperature 1, k = 2 / 4 / 8 at smoke / ci / full) for
-    ``eval_n`` held-out problems of the run's own family, and the four ``BEHAVIOUR_METRICS``: mean response length (tokens), the
-    std over sample slots of accuracy, and case-split and logical cues per 1k words (``opsft.evals.behaviour``)."""
+    ``eval_n`` held-out problems of the run's own family, and the four ``BEHAVIOUR_METRICS``: mean response
+    length (tokens), the std over sample slots of accuracy, and case-split and logical cues per 1k words
+    (``opsft.evals.behaviour``)."""
     family = result.config.source.family
     sampling = dataclasses.replace(SUITES[scale["suite"]].sampling, max_new_tokens=MAX_NEW_TOKENS)
     suite = _suite(scale, math_families=(family,), sampling=sampling)

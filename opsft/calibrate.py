@@ -27,8 +27,9 @@ from opsft.config import ObjectiveConfig, OptimConfig, RunConfig, SourceConfig
 from opsft.diagnostics.streaming import bf16_sparsity, update_cosines
 from opsft.io import atomic_write_json, atomic_write_text
 from opsft.organism import tasks
-from opsft.organism.accuracy import accuracy
+from opsft.organism.accuracy import correctness
 from opsft.organism.build import build_organism
+from opsft.provenance import provenance
 from opsft.runs import run
 from opsft.threads import pinned_threads
 
@@ -68,17 +69,40 @@ def method_config(method: str, row: dict, scale: dict, seed: int, organism: str)
                      snapshot_steps=snaps)
 
 
-def score(model: torch.nn.Module, tokenizer, scale: dict) -> dict[str, float]:
-    """Greedy accuracy (%) on held-out in-domain problems, on the training set, and on held-out abilities, at the
-    cached computations' pinned thread count (``opsft.threads``), so a row does not depend on who scored it."""
+# The recorded test draw: held-out problems are generated from the family's `test` split with this generator seed,
+# the training-set problems from the `train` split with TRAIN_DRAW_SEED (the first problems of the SFT set).
+TEST_DRAW_SEED = 1
+TRAIN_DRAW_SEED = 0
+
+
+def scoring_draw(scale: dict) -> dict:
+    """What the scoring of ``scale`` evaluates on: split, generator seed and size of each scored set (the same
+    problems for every arm and seed)."""
     n = scale["eval_n"]
+    return {"in_domain": {"family": "arith", "split": "test", "seed": TEST_DRAW_SEED, "n": n},
+            "train_set": {"family": "arith", "split": "train", "seed": TRAIN_DRAW_SEED,
+                          "n": min(n, scale["n_problems"])},
+            **{family: {"family": family, "split": "test", "seed": TEST_DRAW_SEED, "n_at_most": n}
+               for family in HELD_OUT}}
+
+
+def score_problems(model: torch.nn.Module, tokenizer, scale: dict) -> dict[str, torch.Tensor]:
+    """Greedy 0/1 correctness per problem of each set of ``scoring_draw(scale)`` (in the draw's order), at the
+    cached computations' pinned thread count (``opsft.threads``), so a row does not depend on who scored it."""
     model = model.float()
+    out = {}
     with pinned_threads():
-        out = {"in_domain": 100 * accuracy(model, tokenizer, tasks.generate("arith", "test", n, 1)),
-               "train_set": 100 * accuracy(model, tokenizer,
-                                           tasks.generate("arith", "train", min(n, scale["n_problems"]), 0))}
-        for family in HELD_OUT:
-            out[family] = 100 * accuracy(model, tokenizer, tasks.generate(family, "test", n, 1, at_most=True))
+        for key, draw in scoring_draw(scale).items():
+            problems = tasks.generate(draw["family"], draw["split"], draw.get("n", draw.get("n_at_most")),
+                                      draw["seed"], at_most="n_at_most" in draw)
+            out[key] = correctness(model, tokenizer, problems)[:, 0]
+    return out
+
+
+def score(model: torch.nn.Module, tokenizer, scale: dict) -> dict[str, float]:
+    """Greedy accuracy (%) on held-out in-domain problems, on the training set, on each held-out ability and
+    their mean ``held_out_mean`` (``score_problems`` averaged)."""
+    out = {key: 100 * flags.mean().item() for key, flags in score_problems(model, tokenizer, scale).items()}
     out["held_out_mean"] = statistics.fmean(out[f] for f in HELD_OUT)
     return out
 
@@ -149,7 +173,8 @@ def measured_row(row: dict, scale_name: str, seed: int, method: str, base: dict)
     result = run(method_config(method, row, scale, seed, row["organism"]), progress=True)
     model = result.load_model()
     return {
-        **row, "seed": seed, "method": method, "steps": result.config.steps, **setting_steps(row, scale),
+        **row, "seed": seed, "method": method, "digest": result.config.digest(), "steps": result.config.steps,
+        **setting_steps(row, scale),
         "problems": result.config.source.n_problems,
         "visible_updated": 100 * bf16_sparsity(result.snapshot(0), result.snapshot())["overall"]["updated"],
         "interval_cosine": mean_consecutive_interval_cosine(result),
@@ -187,7 +212,10 @@ def calibrate(scale_name: str, out: Path, organisms: tuple[str, ...] | None = No
             rows = list(pool.map(_measured_row_in_worker, work))
     else:
         rows = [measured_row(*task) for task in work]
-    report = {"scale": scale_name, "rows": kept_rows(out / "organism.json", scale_name, recomputed) + rows}
+    stamp = {k: v for k, v in provenance().items() if k in ("commit", "dirty", "utc")}
+    rows = [{**r, "provenance": stamp} for r in rows]
+    report = {"scale": scale_name, "test_draw": scoring_draw(scale),
+              "rows": kept_rows(out / "organism.json", scale_name, recomputed) + rows}
     atomic_write_json(out / "organism.json", report)
     atomic_write_text(out / "organism.md", render(report))
     return report
@@ -237,8 +265,35 @@ def render(report: dict) -> str:
     lines += ["", "Base accuracies: " + "; ".join(
         f"{o}: in-domain {b['in_domain']:.1f}, train set {b['train_set']:.1f}, "
         + ", ".join(f"{f} {b[f]:.1f}" for f in HELD_OUT) for o, b in bases.items())]
-    lines += ["", *render_regime_checks(report)]
+    lines += ["", *render_regime_checks(report), "", *render_provenance(report)]
     return "\n".join(lines) + "\n"
+
+
+def render_provenance(report: dict) -> list[str]:
+    """Where the table's rows come from: each commit (with its dirty flag and date) and how many rows it
+    measured, the seeds, the test draw, and the config digest of every run, per setting and method. Rows
+    written before provenance was stamped are counted as such."""
+    stamps: dict[tuple, int] = {}
+    for r in report["rows"]:
+        p = r.get("provenance") or {}
+        key = (p.get("commit") or "not recorded", {True: "dirty", False: "clean"}.get(p.get("dirty"), "unknown"),
+               p.get("utc", "date not recorded"))
+        stamps[key] = stamps.get(key, 0) + 1
+    draw = report.get("test_draw") or {}
+    lines = ["## Provenance", "",
+             *[f"- commit `{c}` ({d} tree), {u}: {n} rows" for (c, d, u), n in sorted(stamps.items())],
+             f"- seeds: {', '.join(str(s) for s in sorted({r['seed'] for r in report['rows']}))}",
+             "- test draw: " + ("; ".join(f"{k}: {v['split']} seed {v['seed']}, "
+                                          f"{v.get('n', v.get('n_at_most'))} problems" for k, v in draw.items())
+                                or "not recorded"),
+             "", "| setting | method | run digests (by seed) |", "|---|---|---|"]
+    groups: dict[tuple, list[str]] = {}
+    for r in report["rows"]:
+        groups.setdefault((setting_key(r), r["method"]), []).append(f"{r.get('digest', '?')} ({r['seed']})")
+    for (setting, method), digests in sorted(groups.items(), key=lambda g: (*_setting_order(g[0][0]),
+                                                                            METHODS.index(g[0][1]))):
+        lines.append(f"| {' / '.join(str(x) for x in setting)} | {method} | {', '.join(sorted(digests))} |")
+    return lines
 
 
 # The papers' regime, as issue 2 states it: bf16-visible fractions SFT > OPD > GRPO with GRPO sparse and SFT dense,

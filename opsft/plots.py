@@ -101,8 +101,8 @@ MAX_CLAIM_PANELS = 12  # a claim figure draws its first metrics only (in recordi
 
 
 def plot_claim(measured: Mapping[str, Any], paper: Mapping[str, Any], title: str, path: str | Path) -> Path:
-    """A claim's figure: one panel per metric, one bar per arm at its mean over seeds with the 95% bootstrap
-    interval as a whisker, and the paper's value (where it gives a number) as a black diamond. ``measured``
+    """A claim's figure: one panel per metric, one bar per arm at its mean over seeds with its interval (the kind
+    the claim's page names: two-level t over seeds and test problems, or t over seeds) as a whisker, and the paper's value (where it gives a number) as a black diamond. ``measured``
     maps ``"arm.metric"`` to an estimate with ``mean``, ``low``, ``high``; ``paper`` maps the same keys."""
     panels: dict[str, list[str]] = {}
     for key in measured:

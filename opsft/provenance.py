@@ -28,15 +28,21 @@ def _cpu_model() -> str:
     return platform.processor() or "unknown"
 
 
+def git_state() -> tuple[str | None, bool | None]:
+    """The checkout's commit and whether tracked files have uncommitted changes (None: not a git checkout)."""
+    status = _git("status", "--porcelain", "--untracked-files=no")
+    return _git("rev-parse", "HEAD"), (bool(status) if status is not None else None)
+
+
 def provenance() -> dict:
     """Commit and dirty flag of the checkout, versions of the numeric stack, machine, threads and UTC time."""
     import torch
     import transformers
 
-    status = _git("status", "--porcelain", "--untracked-files=no")
+    commit, dirty = git_state()
     return {
-        "commit": _git("rev-parse", "HEAD"),
-        "dirty": bool(status) if status is not None else None,
+        "commit": commit,
+        "dirty": dirty,
         "torch": torch.__version__,
         "transformers": transformers.__version__,
         "python": platform.python_version(),

@@ -11,8 +11,10 @@ from opsft.calibrate import (
     method_config,
     regime_checks,
     render,
+    render_provenance,
     render_regime_checks,
     row_steps,
+    scoring_draw,
     selected_rows,
     setting_key,
     setting_steps,
@@ -82,7 +84,8 @@ def test_scoring_runs_at_the_pinned_thread_count_whatever_the_caller_set(monkeyp
     from opsft.threads import CACHED_THREADS
 
     seen = []
-    monkeypatch.setattr(calibrate_module, "accuracy", lambda *a: seen.append(torch.get_num_threads()) or 0.5)
+    monkeypatch.setattr(calibrate_module, "correctness",
+                        lambda *a: seen.append(torch.get_num_threads()) or torch.tensor([[1.0], [0.0]]))
     before = torch.get_num_threads()
     torch.set_num_threads(CACHED_THREADS + 1)
     try:
@@ -149,3 +152,16 @@ def test_a_row_can_give_sft_more_steps_than_the_on_policy_runs():
     assert "| micro | fp32 | 1e-06 / 1e-05 | 100 / 256 | grpo |" in table
     assert "| micro | fp32 | 1e-06 / 1e-05 | 400 / 256 | sft |" in table
     assert "| micro | fp32 | 1e-06 / 1e-05 | 100 (SFT 400) / 256 | yes | yes | yes | yes |" in table
+
+
+def test_the_provenance_section_names_each_commit_the_seeds_the_draw_and_every_digest():
+    learn = {"grpo": [2.0, 3.0], "opd": [0.0, 0.0], "sft": [5.0, 6.0]}
+    rows = _rows({"grpo": 20.0, "opd": 50.0, "sft": 90.0}, learn, [30.0, 31.0])
+    stamp = {"commit": "abc", "dirty": False, "utc": "2026-12-06T00:00:00+00:00"}
+    rows = [{**r, "digest": f"d{i}", **({"provenance": stamp} if i else {})} for i, r in enumerate(rows)]
+    lines = render_provenance({"rows": rows, "test_draw": scoring_draw(SCALES["smoke"])})
+    assert "- commit `abc` (clean tree), 2026-12-06T00:00:00+00:00: 5 rows" in lines
+    assert "- commit `not recorded` (unknown tree), date not recorded: 1 rows" in lines
+    assert "- seeds: 0, 1" in lines
+    assert lines[5].startswith("- test draw: in_domain: test seed 1, 16 problems; train_set: train seed 0, 16 problems")
+    assert "| micro / fp32 / 1e-06 / 1e-05 / 100 / 100 / 256 | grpo | d0 (0), d1 (1) |" in lines

@@ -28,6 +28,13 @@ def test_claim_sign_beats_sft(claim, seed):
 """
 
 
+@pytest.fixture(autouse=True)
+def clean_checkout(monkeypatch):
+    """The checkout as a clean one at a fixed commit, so that saving at a reference scale (``full``) is allowed
+    whatever state the developer's tree is in."""
+    monkeypatch.setattr("opsft.provenance.git_state", lambda: ("c0ffee", False))
+
+
 @pytest.fixture
 def suite(pytester):
     """A pytester folder with the plugin loaded and a C02 test whose offset the test chooses."""
@@ -49,7 +56,7 @@ def test_seeds_follow_the_scale(suite):
     full = run(pytester, "--scale", "full", "-v")
     full.stdout.fnmatch_lines(["*test_claim_sign_beats_sft[[]seed0[]] PASSED*", "*[[]seed2[]] PASSED*"])
     full.assert_outcomes(passed=3)
-    full.stdout.fnmatch_lines(["C02 sign_beats_sft: REPRODUCED"])
+    full.stdout.fnmatch_lines(["C02 sign_beats_sft: REPRODUCED (rules v1: REPRODUCED)"])
     run(pytester, "--scale", "smoke").assert_outcomes(passed=1)
 
 
@@ -66,16 +73,51 @@ def test_save_writes_numbered_run_files_with_provenance_and_pages(suite):
     assert c02["verdict"] == "REPRODUCED" and c02["seeds"] == [0, 1, 2] and len(c02["rows"]) == 9
     page = (pytester.path / "res" / "claims" / "C02_sign_beats_sft.md").read_text()
     assert "INCONCLUSIVE" in page and "run `0002_base`" in page  # the newest (smoke, one seed) run
+    assert "commit `c0ffee` (clean tree)" in page and "seeds: 0" in page and "arith test seed 1" in page
     readme = (pytester.path / "res" / "README.md").read_text()
-    assert "| C02 | [sign_beats_sft](claims/C02_sign_beats_sft.md) | OPSFT Fig 3, Table 1 | INCONCLUSIVE | smoke" in readme
-    assert "| C01 | direction_consistency | OPSFT Fig 2 | not run | | |" in readme
+    assert ("| C02 | [sign_beats_sft](claims/C02_sign_beats_sft.md) | OPSFT Fig 3, Table 1 | INCONCLUSIVE | "
+            "INCONCLUSIVE | smoke | 0002_base | c0ffee |") in readme
+    assert "| C01 | direction_consistency | OPSFT Fig 2 | not run | | | | |" in readme
+    assert "newest saved run that holds the claim" in readme
+
+
+def test_a_reference_scale_summary_comes_from_one_run_and_a_dirty_tree_cannot_save_it(suite, monkeypatch):
+    pytester = suite(5)
+    assert run(pytester, "--scale", "full", "--claims-save", "base").ret == 0
+    readme = (pytester.path / "res" / "README.md").read_text()
+    assert "Every line comes from run `0001_base` at commit `c0ffee`" in readme
+    monkeypatch.setattr("opsft.provenance.git_state", lambda: ("c0ffee", True))
+    dirty = run(pytester, "--scale", "full", "--claims-save", "again")
+    assert dirty.ret == pytest.ExitCode.USAGE_ERROR
+    dirty.stderr.fnmatch_lines(["*--claims-save again at reference scale 'full': the checkout has uncommitted*"])
+    assert run(pytester, "--scale", "smoke", "--claims-save", "quick").ret == 0  # other scales may save
+
+
+def test_a_claim_whose_test_fails_is_error_not_its_older_verdict(suite):
+    pytester = suite(5)
+    assert run(pytester, "--scale", "smoke", "--claims-save", "good").ret == 0
+    pytester.makepyfile(test_c02=CLAIM_TEST.format(offset=5) + "    raise RuntimeError('training diverged')\n")
+    failed = run(pytester, "--scale", "smoke", "--claims-save", "bad")
+    failed.stdout.fnmatch_lines(["C02 sign_beats_sft: ERROR (rules v1: ERROR)"])
+    readme = (pytester.path / "res" / "README.md").read_text()
+    assert "| ERROR | ERROR | smoke | 0002_bad |" in readme
+    assert json.loads((pytester.path / "store" / "0001_good.json").read_text())["claims"]["C02"]["verdict"] != "ERROR"
+
+
+def test_a_corrupt_run_file_is_named(suite):
+    pytester = suite(5)
+    run(pytester, "--scale", "smoke", "--claims-save", "base")
+    (pytester.path / "store" / "0001_base.json").write_text("{not json")
+    result = run(pytester, "--scale", "smoke", "--claims-compare")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*--claims-compare: claims run file store/0001_base.json: cannot be read as JSON*"])
 
 
 def test_strict_fails_the_session_on_not_reproduced(suite):
     pytester = suite(-5)  # OPSFT below SFT on every seed
     lenient = run(pytester, "--scale", "full")
     assert lenient.ret == 0
-    lenient.stdout.fnmatch_lines(["C02 sign_beats_sft: NOT REPRODUCED"])
+    lenient.stdout.fnmatch_lines(["C02 sign_beats_sft: NOT REPRODUCED (rules v1: NOT REPRODUCED)"])
     strict = run(pytester, "--scale", "full", "--claims-strict")
     assert strict.ret == pytest.ExitCode.TESTS_FAILED
     strict.stdout.fnmatch_lines(["FAILED claims: C02 sign_beats_sft: NOT REPRODUCED"])

@@ -7,9 +7,19 @@ import pytest
 
 from opsft.claims.compare import compare, parse_threshold
 from opsft.claims.evaluate import ClaimResult, RuleResult, evaluate
-from opsft.claims.registry import CLAIMS, Claim, Rule, gt, lt, order, within
-from opsft.claims.stats import Estimate, Verdict, bootstrap_mean, combine, decide
-from opsft.claims.tables import SummaryEntry, claim_table, summary_table
+from opsft.claims.registry import CLAIMS, V2_RULES, Claim, Rule, gt, lt, order, within
+from opsft.claims.scored import Accuracy, decode, encode
+from opsft.claims.stats import (
+    BOOTSTRAP_LABEL,
+    SEED_T_LABEL,
+    T_LABEL,
+    Estimate,
+    Verdict,
+    bootstrap_mean,
+    combine,
+    decide,
+)
+from opsft.claims.tables import PageContext, SummaryEntry, claim_table, summary_table
 from opsft.plots import plot_claim
 
 REP, NOT, INC = Verdict.REPRODUCED, Verdict.NOT_REPRODUCED, Verdict.INCONCLUSIVE
@@ -52,6 +62,11 @@ def test_combine_and_rule_validation():
     assert combine([REP, REP]) is REP
     assert combine([REP, INC]) is INC
     assert combine([REP, INC, NOT]) is NOT
+    assert combine([REP, Verdict.UNDEFINED, INC]) is Verdict.UNDEFINED
+    assert combine([REP, Verdict.UNDEFINED, NOT]) is NOT  # a NaN never hides a failure
+    assert combine([NOT, Verdict.ERROR]) is Verdict.ERROR
+    assert str(Rule("a.x", ">", 0.1, "b.x", relative=True)) == "(a.x - b.x) / |b.x| > 0.1"
+    assert Rule("a.x", ">", 0.1, "b.x", relative=True).value(3.0, -2.0) == 2.5
     assert str(within("a.x", "b.x", 2)) == "|a.x - b.x| <= 2"
     assert [str(r) for r in order("m", "s", "o", "g")] == ["s.m - o.m > 0", "o.m - g.m > 0"]
     with pytest.raises(ValueError, match="'arm.metric'"):
@@ -75,12 +90,52 @@ def test_evaluate_pairs_arms_by_seed():
     rows = [{"arm": "a", "seed": s, "values": {"acc": 50 + s}} for s in (0, 1, 2)]
     rows += [{"arm": "b", "seed": s, "values": {"acc": 40.0}} for s in (0, 1, 2)]
     result = evaluate(TOY, rows)
-    assert result.verdict is REP
+    assert result.verdict is REP and result.versions[1][0] is REP
     assert result.rules[0].estimate.mean == pytest.approx(11.0)
+    assert result.rules[0].estimate.method == SEED_T_LABEL  # no per-problem scores recorded
     assert result.measured["a.acc"].n == 3
     assert evaluate(TOY, rows[:3]).rules[0] == RuleResult(TOY.rules[0], INC, None)  # b never measured
     with pytest.raises(ValueError, match="a.acc recorded twice for seed 0"):
         evaluate(TOY, rows + rows[:1])
+
+
+def test_evaluate_pairs_arms_problem_by_problem_when_scores_are_recorded():
+    # a: right on problems 0-2 of 4, b: right on problem 0 only, every seed: the difference is 50 points on each
+    # seed; per problem it is 0, 100, 100, 0 -> v_seed = 0, v_problem = s2(0, 100, 100, 0) / 4 = 3333.3 / 4
+    rows = [{"arm": "a", "seed": s, "values": {"acc": 75.0}, "problems": {"acc": encode([100, 100, 100, 0])}}
+            for s in (0, 1, 2)]
+    rows += [{"arm": "b", "seed": s, "values": {"acc": 25.0}, "problems": {"acc": encode([100, 0, 0, 0])}}
+             for s in (0, 1, 2)]
+    result = evaluate(TOY, rows)
+    estimate = result.rules[0].estimate
+    assert (estimate.mean, estimate.n, estimate.problems, estimate.method) == (50.0, 3, 4, T_LABEL)
+    t3 = 3.182446305284263  # t(0.975, 3), the problems' term alone
+    assert estimate.high - 50.0 == pytest.approx(t3 * math.sqrt(10000 / 3 / 4), rel=1e-9)
+    assert result.verdict is INC  # 4 problems cannot tell 50 points from 0
+    assert result.versions[1][0] is REP  # version 1 saw three identical seeds
+
+
+def test_every_rule_reads_a_key_its_claim_records():
+    for claim in CLAIMS.values():
+        claim.check_keys()
+    typo = Claim("T04", "typo", "Toy", "A beats B", "accuracy (%)", (gt("a.acc", "b.acc"),))
+    V2_RULES["T04"] = (gt("a.ac", "b.acc"),)
+    try:
+        with pytest.raises(ValueError, match="claim T04: rule v2 `a.ac - b.acc > 0` reads 'a.ac'"):
+            typo.check_keys()
+    finally:
+        del V2_RULES["T04"]
+
+
+def test_encoded_scores_round_trip_and_reject_garbage():
+    assert encode([0.0, 100.0, 100.0]) == "011"
+    assert encode([50.0, 0.0]) == [50.0, 0.0]
+    assert decode("011").tolist() == [0.0, 100.0, 100.0]
+    with pytest.raises(ValueError, match="other than 0 and 1"):
+        decode("01x")
+    assert float(Accuracy(50.0, [100.0, 0.0])) == 50.0 and Accuracy(50.0, [100.0, 0.0]).per_problem == (100.0, 0.0)
+    with pytest.raises(ValueError, match="not the mean"):
+        Accuracy(40.0, [100.0, 0.0])
 
 
 def test_compare_fails_two_sided_beyond_tolerance():
@@ -103,41 +158,65 @@ def test_compare_calls_equal_means_and_nan_pairs_unchanged():
         ("opsft.gap", False, "unchanged"), ("opsft.in_domain", False, "unchanged")]
 
 
+def toy_result(verdict: Verdict, estimate: Estimate | None, claim: Claim = TOY) -> ClaimResult:
+    """A result with the same rule results under both rule versions."""
+    rules = tuple(RuleResult(rule, verdict, estimate) for rule in claim.rules)
+    return ClaimResult(claim, {1: (verdict, rules), 2: (verdict, rules)},
+                       {"a.acc": Estimate(52.25, 50.0, 54.5, 3, 200, T_LABEL),
+                        "c.acc": Estimate(0.000012345, math.nan, math.nan, 1, 0, SEED_T_LABEL)})
+
+
+CONTEXT = PageContext("smoke", "0001_x", {"commit": "abc123", "dirty": False, "utc": "2026-12-06T01:00:00+00:00"},
+                      (0, 1), {"in_domain": {"family": "arith", "split": "test", "seed": 1, "n": 200}},
+                      ({"digest": "d1", "objective": "sft", "constraint": "none", "organism": "nano", "steps": 4,
+                        "seed": 0},))
+
+
 def test_claim_table_golden():
-    result = ClaimResult(TOY, REP, (RuleResult(TOY.rules[0], REP, Estimate(2.5, 1.0, 4.0, 3)),),
-                         {"a.acc": Estimate(52.25, 50.0, 54.5, 3), "b.acc": Estimate(49.75, 48.0, 51.0, 3),
-                          "c.acc": Estimate(0.000012345, 0.000012345, 0.000012345, 1)})
-    assert claim_table(result, "smoke", "0001_x") == """\
+    text = claim_table(toy_result(REP, Estimate(2.5, 1.0, 4.0, 3, 200, T_LABEL)), CONTEXT)
+    assert text == f"""\
 # T01 toy: **REPRODUCED**
 
 > A beats B
 
-Source: Toy Table 1; paper numbers: toy model. Metric: accuracy (%). Scale `smoke`, run `0001_x`. \
-Generated by the claims plugin; do not edit.
+Source: Toy Table 1; paper numbers: toy model. Metric: accuracy (%). Verdicts: rules v1: REPRODUCED, rules v2: \
+REPRODUCED. Generated by the claims plugin; do not edit.
 
-| quantity | paper | measured mean [95% CI] | n | verdict |
+- commit `abc123` (clean tree), run `0001_x`, scale `smoke`, 2026-12-06T01:00:00+00:00
+- seeds: 0, 1
+- test draw (every arm scored on the same problems): in_domain: arith test seed 1, 200 problems
+- runs `sft/none nano 4 steps`: d1 (seed 0)
+
+Intervals: v1 rules, {BOOTSTRAP_LABEL}; v2 rules and measured rows, {T_LABEL} where the arms' per-problem scores \
+pair them (n = seeds x problems), else {SEED_T_LABEL} (n = seeds).
+
+| quantity | paper | measured mean [interval] | n | verdict |
 |---|---|---|---|---|
-| `a.acc - b.acc > 0` | 10 | 2.5 [1, 4] | 3 | REPRODUCED |
-| a.acc | 50 | 52.25 [50, 54.5] | 3 | |
-| b.acc | 40 | 49.75 [48, 51] | 3 | |
+| v1 `a.acc - b.acc > 0` | 10 | 2.5 [1, 4] | 3 x 200 | REPRODUCED |
+| v2 `a.acc - b.acc > 0` | 10 | 2.5 [1, 4] | 3 x 200 | REPRODUCED |
+| a.acc | 50 | 52.25 [50, 54.5] | 3 x 200 | |
 | c.acc | — | 1.234e-05 | 1 | |
 """
 
 
-def test_a_tolerance_rule_escapes_its_pipes():
-    close = Claim("T03", "close", "Toy", "A near B", "accuracy (%)", (within("a.acc", "b.acc", 2.0),))
-    result = ClaimResult(close, INC, (RuleResult(close.rules[0], INC, None),), {})
-    assert claim_table(result, "ci", "r").splitlines()[-1] == "| `\\|a.acc - b.acc\\| <= 2` | — | — | 0 | INCONCLUSIVE |"
+def test_a_tolerance_rule_shows_the_statistic_it_tests_and_escapes_its_pipes():
+    close = Claim("T03", "close", "Toy", "A near B", "accuracy (%)", (within("a.acc", "b.acc", 3.0),))
+    rows = claim_table(toy_result(NOT, Estimate(-23.67, -24.0, -23.0, 3), close), CONTEXT).splitlines()
+    assert rows[-3] == ("| v2 `\\|a.acc - b.acc\\| <= 3` | — | \\|mean\\| 23.67, up to 24; signed -23.67 [-24, -23]"
+                        " | 3 | NOT REPRODUCED |")
+    empty = claim_table(toy_result(INC, None, close), CONTEXT).splitlines()
+    assert empty[-3] == "| v2 `\\|a.acc - b.acc\\| <= 3` | — | — | 0 | INCONCLUSIVE |"
 
 
 def test_summary_table_golden():
     other = Claim("T02", "other", "Toy Fig 2", "B is flat", "accuracy (%)", (Rule("b.acc", "within", 1.0),))
-    text = summary_table([TOY, other], {"T01": SummaryEntry("INCONCLUSIVE", "ci", "0003_nightly")})
+    text = summary_table([TOY, other], {"T01": SummaryEntry("ERROR", "ci", "0003_nightly", "INCONCLUSIVE",
+                                                            "0123456789abcdef")})
     assert text == """\
-| id | claim | source | verdict | scale | run |
-|---|---|---|---|---|---|
-| T01 | [toy](claims/T01_toy.md) | Toy Table 1 | INCONCLUSIVE | ci | 0003_nightly |
-| T02 | other | Toy Fig 2 | not run | | |
+| id | claim | source | verdict (rules v2) | rules v1 | scale | run | commit |
+|---|---|---|---|---|---|---|---|
+| T01 | [toy](claims/T01_toy.md) | Toy Table 1 | ERROR | INCONCLUSIVE | ci | 0003_nightly | 01234567 |
+| T02 | other | Toy Fig 2 | not run | | | | |
 """
 
 

@@ -13,8 +13,9 @@ import pandas as pd
 import torch
 from transformers import PreTrainedTokenizerBase
 
-from opsft.calibrate import score
+from opsft.calibrate import HELD_OUT, score_problems
 from opsft.checkpoints import iter_tensors
+from opsft.claims.scored import Accuracy
 from opsft.diagnostics import endpoint_summary, trajectory_summary, update_cosines, update_locations
 from opsft.directions import Direction
 from opsft.evals.generation import Sampling
@@ -49,11 +50,17 @@ def endpoint_metrics(result: RunResult) -> dict[str, float]:
     }
 
 
-def accuracies(model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase, scale: Mapping[str, Any]) -> dict[str, float]:
+def accuracies(model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase,
+               scale: Mapping[str, Any]) -> dict[str, float]:
     """Greedy accuracy (%) on held-out in-domain problems, on the training set (X06: matched fit) and the
-    mean over held-out abilities, as the calibration scores them (``opsft.calibrate.score``)."""
-    scores = score(model, tokenizer, scale)
-    return {k: scores[k] for k in ACCURACIES}
+    mean over held-out abilities, as the calibration scores them (``opsft.calibrate.score_problems``). The
+    first two are ``Accuracy`` values carrying their per-problem scores (every arm is scored on the same
+    recorded draw, so claims pair arms problem by problem); ``held_out_mean`` is a plain mean of families."""
+    flags = score_problems(model, tokenizer, dict(scale))
+    out: dict[str, float] = {key: Accuracy(100 * flags[key].mean().item(), (100 * flags[key]).tolist())
+                             for key in ACCURACIES[:2]}
+    out["held_out_mean"] = statistics.fmean(100 * flags[f].mean().item() for f in HELD_OUT)
+    return out
 
 
 def stage_steps(result: RunResult) -> list[int]:

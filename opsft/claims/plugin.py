@@ -18,8 +18,8 @@ from ablations.claims import SCALE_NAMES, scale_profile
 from opsft.claims.compare import parse_threshold
 from opsft.claims.recorder import ClaimRecorder
 from opsft.claims.registry import CLAIMS, get
-from opsft.claims.session import ClaimsSession, Options
-from opsft.claims.storage import load_run
+from opsft.claims.session import PROPERTY, ClaimsSession, Options
+from opsft.claims.storage import REFERENCE_SCALES, load_run
 from opsft.threads import pinned_threads
 
 SESSION = pytest.StashKey[ClaimsSession]()
@@ -46,16 +46,32 @@ def pytest_configure(config: pytest.Config) -> None:
     if config.getoption("claims_compare_fail") and config.getoption("claims_compare") is None:
         raise pytest.UsageError("--claims-compare-fail needs --claims-compare [NAME]")
     storage, compare = config.getoption("claims_storage"), config.getoption("claims_compare")
-    try:  # fail before anything trains when the baseline is missing
+    try:  # fail before anything trains when the baseline is missing or corrupt
         baseline = None if compare is None else load_run(storage, compare or None)
-    except FileNotFoundError as err:
+    except (FileNotFoundError, ValueError) as err:
         raise pytest.UsageError(f"--claims-compare: {err}") from None
+    if not hasattr(config, "workerinput"):  # xdist workers save nothing
+        refuse_dirty_reference(config.getoption("scale"), config.getoption("claims_save"))
     session = ClaimsSession(Options(
         scale=config.getoption("scale"), save=config.getoption("claims_save"), compare=compare, baseline=baseline,
         compare_fail=tuple(config.getoption("claims_compare_fail")), strict=config.getoption("claims_strict"),
         storage=storage, results=config.getoption("claims_results")))
     config.stash[SESSION] = session
     config.pluginmanager.register(_ReportCollector(session), "opsft-claims-collector")
+
+
+def refuse_dirty_reference(scale: str, save: str | None) -> None:
+    """A UsageError when ``--claims-save`` would write a reference scale's results (``REFERENCE_SCALES``) from a
+    tree with uncommitted changes to tracked files: the pages must name the one commit they come from."""
+    if save is None or scale not in REFERENCE_SCALES:
+        return
+    from opsft.provenance import git_state
+
+    commit, dirty = git_state()
+    if dirty is not False:
+        state = "uncommitted changes" if dirty else "no readable git state"
+        raise pytest.UsageError(f"--claims-save {save} at reference scale {scale!r}: the checkout has {state} "
+                                f"(commit {commit}); commit first, or save at a non-reference scale")
 
 
 def claim_id(node: pytest.Item | pytest.Function) -> str | None:
@@ -66,6 +82,10 @@ def claim_id(node: pytest.Item | pytest.Function) -> str | None:
     if len(marker.args) != 1 or marker.args[0] not in CLAIMS:
         raise pytest.UsageError(f"{node.nodeid}: @pytest.mark.claim needs one registered id, got {marker.args}; "
                                 f"registered: {', '.join(CLAIMS)}")
+    try:
+        CLAIMS[marker.args[0]].check_keys()
+    except ValueError as err:
+        raise pytest.UsageError(f"{node.nodeid}: {err}") from None
     return marker.args[0]
 
 
@@ -94,6 +114,7 @@ def claim(request: pytest.FixtureRequest) -> Iterator[ClaimRecorder]:
     scale = scale_profile(name)
     if scale.get("skip"):
         pytest.skip(f"{cid} at scale {name!r}: {scale['skip']}")
+    request.node.user_properties.append((PROPERTY, {"claim": cid, "kind": "started", "data": {}}))
     with pinned_threads():
         yield ClaimRecorder(get(cid), name, scale, request.node.user_properties)
 
@@ -106,9 +127,12 @@ class _ReportCollector:
         self.session = session
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
-        """Collect the rows and runs of a finished test call."""
+        """Collect the rows and runs of a finished test call; a failed setup, call or teardown makes its claim
+        ERROR."""
         if report.when == "call":
             self.session.add_properties(report.user_properties)
+        if report.failed:
+            self.session.mark_errors(report.user_properties)
 
 
 @pytest.hookimpl(tryfirst=True)

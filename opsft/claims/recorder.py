@@ -6,6 +6,7 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from opsft.claims.registry import Claim
+from opsft.claims.scored import Accuracy, encode
 from opsft.claims.session import PROPERTY
 from opsft.config import RunConfig
 
@@ -44,14 +45,19 @@ class ClaimRecorder:
         return result
 
     def record(self, arm: str, seed: int, **values: float) -> dict[str, float]:
-        """Record what ``arm`` (e.g. ``"sft"``) measured for ``seed``: metric name -> number. Returns the
-        values as floats, so the test can go on to assert on them."""
+        """Record what ``arm`` (e.g. ``"sft"``) measured for ``seed``: metric name -> number; an ``Accuracy``
+        also records its per-problem scores. Returns the values as plain floats, so the test can go on to
+        assert on them."""
         if not arm or "." in arm:
             raise ValueError(f"claim {self.claim.id}: arm name {arm!r} must be non-empty and hold no '.'")
         bad = [m for m in values if "." in m]
         if bad or not values:
             raise ValueError(f"claim {self.claim.id}, arm {arm!r}: need metric names without '.', got {list(values)}")
         floats = {m: float(v) for m, v in values.items()}
-        self._add("row", {"arm": arm, "seed": int(seed), "values": floats})
+        row: dict[str, Any] = {"arm": arm, "seed": int(seed), "values": floats}
+        problems = {m: encode(v.per_problem) for m, v in values.items() if isinstance(v, Accuracy)}
+        if problems:
+            row["problems"] = problems
+        self._add("row", row)
         return floats
 

@@ -21,6 +21,16 @@ from opsft.provenance import provenance
 PROPERTY = "opsft_claims"
 
 
+def scale_test_draw(scale: str) -> dict:
+    """The problems every arm is scored on at ``scale`` (``opsft.calibrate.scoring_draw``); empty for a scale that
+    scores no organism problems (``paper``)."""
+    from ablations.claims import scale_profile
+    from opsft.calibrate import scoring_draw
+
+    profile = scale_profile(scale)
+    return scoring_draw(profile) if "eval_n" in profile else {}
+
+
 @dataclass(frozen=True)
 class Options:
     """The command-line options of the claims plugin."""
@@ -42,33 +52,45 @@ class ClaimsSession:
     options: Options
     rows: dict[str, list[dict]] = field(default_factory=dict)
     runs: dict[str, list[dict]] = field(default_factory=dict)
+    errors: set[str] = field(default_factory=set)
     results: dict[str, ClaimResult] = field(default_factory=dict)
     changes: list[Change] = field(default_factory=list)
     saved: Path | None = None
 
     def add_properties(self, properties: list[tuple[str, Any]]) -> None:
-        """Take the rows and runs a test recorded (the ``PROPERTY`` entries of its report)."""
+        """Take the rows and runs a test recorded (the ``PROPERTY`` entries of its call report)."""
         for name, entry in properties:
-            if name == PROPERTY:
+            if name == PROPERTY and entry["kind"] in ("row", "run"):
                 target = self.rows if entry["kind"] == "row" else self.runs
                 target.setdefault(entry["claim"], []).append(entry["data"])
 
+    def mark_errors(self, properties: list[tuple[str, Any]]) -> None:
+        """A test failed: its claim (named by any ``PROPERTY`` entry, the fixture's ``started`` one included) is
+        ERROR, whatever it recorded."""
+        self.errors.update(entry["claim"] for name, entry in properties if name == PROPERTY)
+
     def evaluate(self) -> dict[str, ClaimResult]:
-        """Verdicts of every claim that recorded rows."""
-        self.results = {cid: evaluate(get(cid), rows) for cid, rows in sorted(self.rows.items())}
-        return self.results
+        """Verdicts of every claim that recorded rows or errored (ERROR, whatever the rows say)."""
+        results = {}
+        for cid in sorted(self.rows.keys() | self.errors):
+            result = evaluate(get(cid), self.rows.get(cid, []))
+            results[cid] = result.errored() if cid in self.errors else result
+        self.results = results
+        return results
 
     def payload(self) -> dict:
-        """The run file's content: provenance, scale, and per claim its verdict, rows, runs and seeds."""
-        claims = {cid: {**r.to_dict(), "rows": self.rows[cid], "runs": self.runs.get(cid, []),
-                        "seeds": sorted({row["seed"] for row in self.rows[cid]})}
+        """The run file's content: provenance, scale, the recorded test draw, and per claim its verdicts, rows,
+        runs and seeds."""
+        claims = {cid: {**r.to_dict(), "rows": self.rows.get(cid, []), "runs": self.runs.get(cid, []),
+                        "seeds": sorted({row["seed"] for row in self.rows.get(cid, [])})}
                   for cid, r in self.results.items()}
-        return {"scale": self.options.scale, "provenance": provenance(), "claims": claims}
+        return {"scale": self.options.scale, "provenance": provenance(),
+                "test_draw": scale_test_draw(self.options.scale), "claims": claims}
 
     def finish(self) -> None:
         """Evaluate, compare with the baseline (before saving, so ``--claims-compare`` never compares a run
         with itself), then save the run file and write the results pages when ``--claims-save`` is given."""
-        if not self.rows:
+        if not self.rows and not self.errors:
             return
         self.evaluate()
         payload = self.payload()
@@ -76,8 +98,7 @@ class ClaimsSession:
             self.changes = compare(payload["claims"], self.options.baseline["claims"], self.options.compare_fail)
         if self.options.save:
             self.saved = save_run(self.options.storage, self.options.save, payload)
-            write_pages(self.options.results, self.results.values(), self.options.scale, self.saved.stem,
-                        self.options.storage)
+            write_pages(self.options.results, self.results.values(), payload, self.saved, self.options.storage)
 
     def failures(self) -> list[str]:
         """Why the session fails: NOT REPRODUCED claims under ``--claims-strict``, broken compare thresholds."""
@@ -90,7 +111,7 @@ class ClaimsSession:
         count of the bit-identical ones), the saved file."""
         lines = []
         for cid, r in self.results.items():
-            lines.append(f"{cid} {r.claim.slug}: {r.verdict.value}")
+            lines.append(f"{cid} {r.claim.slug}: {r.verdict.value} (rules v1: {r.versions[1][0].value})")
             lines += [f"    {rr.verdict.value:<15} {rr.rule}" for rr in r.rules]
         lines += [str(c) for c in self.changes if not c.unchanged]
         if self.changes:

@@ -11,12 +11,15 @@ from filelock import FileLock
 
 from opsft.claims.evaluate import ClaimResult
 from opsft.claims.registry import CLAIMS
-from opsft.claims.tables import SummaryEntry, claim_page_name, claim_table, summary_table
+from opsft.claims.tables import PageContext, SummaryEntry, claim_page_name, claim_table, summary_table
 from opsft.io import atomic_write_json, atomic_write_text, update_markdown_section
 from opsft.plots import plot_claim
 
 _RUN_FILE = re.compile(r"^(\d{4})_(.+)\.json$")
 NAME = re.compile(r"^[A-Za-z0-9_.-]+$")
+# The scales whose saved runs are the committed reference results: saving into them needs a clean tree, and
+# their summary comes from one run file (one commit).
+REFERENCE_SCALES = ("full", "regime")
 
 
 def saved_runs(storage: Path) -> list[Path]:
@@ -40,9 +43,21 @@ def save_run(storage: Path, name: str, payload: Mapping) -> Path:
     return path
 
 
+def read_run(path: Path) -> dict:
+    """A run file's content; a ValueError naming the file when it is missing, unreadable or not a claims run."""
+    try:
+        run = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise ValueError(f"claims run file {path}: cannot be read as JSON ({err})") from err
+    if not isinstance(run, dict) or not isinstance(run.get("claims"), dict) or "scale" not in run:
+        raise ValueError(f"claims run file {path}: not a claims run (no 'scale' and 'claims' keys)")
+    return run
+
+
 def load_run(storage: Path, ref: str | None = None) -> dict:
     """A saved run: the latest when ``ref`` is None, else the one numbered ``ref`` (e.g. ``3`` or ``0003``)
-    or the latest named ``ref``. Raises FileNotFoundError listing what is saved."""
+    or the latest named ``ref``. Raises FileNotFoundError listing what is saved, ValueError naming a corrupt
+    file."""
     runs = saved_runs(storage)
     if ref is None:
         matches = runs
@@ -53,31 +68,51 @@ def load_run(storage: Path, ref: str | None = None) -> dict:
     if not matches:
         have = ", ".join(p.stem for p in runs) or "none"
         raise FileNotFoundError(f"no saved claims run {ref or '(latest)'} in {storage}; saved: {have}")
-    return json.loads(matches[-1].read_text(encoding="utf-8"))
+    return read_run(matches[-1])
 
 
-def latest_verdicts(storage: Path) -> dict[str, SummaryEntry]:
-    """For each claim in any saved run, the verdict of the newest run that holds it."""
+def summary_entry(run: Mapping, claim_id: str, run_name: str) -> SummaryEntry:
+    """A claim's line of the summary from a saved run (runs saved before rule versions hold only version 1's
+    verdict, shown as such)."""
+    result = run["claims"][claim_id]
+    versions = result.get("versions")
+    current = result["verdict"] if versions else "— (v1 only)"
+    v1 = versions["1"]["verdict"] if versions else result["verdict"]
+    return SummaryEntry(current, run["scale"], run_name, v1, (run.get("provenance") or {}).get("commit") or "")
+
+
+def latest_verdicts(storage: Path, only: Path | None = None) -> dict[str, SummaryEntry]:
+    """For each claim in any saved run, the verdict of the newest run that holds it (a claim that errored there
+    shows ERROR, not an older verdict); from the run file ``only`` alone when given."""
     latest: dict[str, SummaryEntry] = {}
-    for path in saved_runs(storage):
-        run = json.loads(path.read_text(encoding="utf-8"))
-        for claim_id, result in run["claims"].items():
-            latest[claim_id] = SummaryEntry(result["verdict"], run["scale"], path.stem)
+    for path in [only] if only is not None else saved_runs(storage):
+        run = read_run(path)
+        for claim_id in run["claims"]:
+            latest[claim_id] = summary_entry(run, claim_id, path.stem)
     return latest
 
 
-def write_pages(results_dir: Path, results: Iterable[ClaimResult], scale: str, run_name: str,
+def write_pages(results_dir: Path, results: Iterable[ClaimResult], payload: Mapping, run_file: Path,
                 storage: Path) -> list[Path]:
-    """Write each claim's page (its table and figure) under ``results_dir/claims/`` and the summary of every registered claim (the
-    newest saved verdict of each) into the ``claims`` section of ``results_dir/README.md``."""
-    written = []
+    """Write each claim's page (its table, provenance and figure) under ``results_dir/claims/`` and the summary
+    into the ``claims`` section of ``results_dir/README.md``: at a reference scale (``REFERENCE_SCALES``) from
+    the run file ``run_file`` alone, so that every line comes from one commit; elsewhere the newest saved
+    verdict of each claim."""
+    scale, written = payload["scale"], []
     for r in results:
+        record = payload["claims"][r.claim.id]
+        context = PageContext(scale, run_file.stem, payload.get("provenance") or {}, tuple(record.get("seeds", ())),
+                              payload.get("test_draw") or {}, tuple(record.get("runs", ())))
         page = results_dir / "claims" / claim_page_name(r.claim)
         figure = plot_claim(r.measured, r.claim.paper, f"{r.claim.id} {r.claim.slug}: {r.verdict.value} "
                             f"(scale {scale})", page.with_suffix(".png"))
-        text = claim_table(r, scale, run_name) + f"\n![{r.claim.id} by arm, 95% CI over seeds]({figure.name})\n"
+        text = claim_table(r, context) + f"\n![{r.claim.id} by arm, intervals as in the table]({figure.name})\n"
         written += [atomic_write_text(page, text), figure]
-    body = "## Claims\n\nGenerated by the claims plugin (`pytest suite --scale S --claims-save NAME`); do not edit.\n\n"
-    readme = update_markdown_section(results_dir / "README.md", "claims",
-                                     body + summary_table(CLAIMS.values(), latest_verdicts(storage)))
+    reference = scale in REFERENCE_SCALES
+    origin = (f"Every line comes from run `{run_file.stem}` at commit `{(payload.get('provenance') or {}).get('commit')}`."
+              if reference else "Each line is the newest saved run that holds the claim.")
+    body = ("## Claims\n\nGenerated by the claims plugin (`pytest suite --scale S --claims-save NAME`); do not edit. "
+            f"{origin}\n\n")
+    readme = update_markdown_section(results_dir / "README.md", "claims", body + summary_table(
+        CLAIMS.values(), latest_verdicts(storage, run_file if reference else None)))
     return [*written, readme]

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
-from opsft.claims.evaluate import ClaimResult
-from opsft.claims.registry import Claim, PaperValue
-from opsft.claims.stats import Estimate
+from opsft.claims.evaluate import ClaimResult, RuleResult
+from opsft.claims.registry import Claim, PaperValue, Rule
+from opsft.claims.stats import BOOTSTRAP_LABEL, SEED_T_LABEL, T_LABEL, Estimate
 
 NOT_RUN = "not run"
 
@@ -28,12 +29,21 @@ def paper_cell(value: PaperValue | None) -> str:
 
 
 def estimate_cell(estimate: Estimate | None) -> str:
-    """``mean [low, high]`` (just the mean for one seed; "—" when nothing was measured)."""
+    """``mean [low, high]`` (just the mean without an interval; "—" when nothing was measured)."""
     if estimate is None:
         return "—"
-    if estimate.n == 1 or math.isnan(estimate.mean):
+    if math.isnan(estimate.low) or math.isnan(estimate.mean):
         return number(estimate.mean)
     return f"{number(estimate.mean)} [{number(estimate.low)}, {number(estimate.high)}]"
+
+
+def rule_cell(rule: Rule, estimate: Estimate | None) -> str:
+    """The estimate of a rule's statistic as the rule tests it: a tolerance rule ``|a - b| <= x`` shows ``|mean|``
+    and its interval's largest distance from zero before the signed mean and interval it is decided on."""
+    if estimate is None or rule.op != "within" or math.isnan(estimate.mean):
+        return estimate_cell(estimate)
+    farthest = max(abs(estimate.low), abs(estimate.high)) if not math.isnan(estimate.low) else math.nan
+    return f"\\|mean\\| {number(abs(estimate.mean))}, up to {number(farthest)}; signed {estimate_cell(estimate)}"
 
 
 def claim_page_name(claim: Claim) -> str:
@@ -41,50 +51,105 @@ def claim_page_name(claim: Claim) -> str:
     return f"{claim.id}_{claim.slug}.md"
 
 
-def claim_table(result: ClaimResult, scale: str, run_name: str) -> str:
-    """A claim's page: its sentence and source, then one row per decision rule (with its verdict) and one
-    per recorded ``arm.metric``: paper value | measured mean [95% bootstrap CI over seeds] | n | verdict."""
+@dataclass(frozen=True)
+class PageContext:
+    """Where a claim page's numbers come from: scale, run file, the run's provenance (commit, dirty flag,
+    date), the seeds, the recorded test draw, and the runs (config digests) the claim trained or loaded."""
+
+    scale: str
+    run_name: str
+    provenance: Mapping[str, Any] = field(default_factory=dict)
+    seeds: tuple[int, ...] = ()
+    test_draw: Mapping[str, Any] = field(default_factory=dict)
+    runs: tuple[Mapping[str, Any], ...] = ()
+
+
+def provenance_lines(context: PageContext) -> list[str]:
+    """Markdown lines stating a page's provenance: commit and dirty flag, date, seeds, test draw and sizes, and
+    the config digest of every run the claim used (deduplicated, grouped by method and constraint)."""
+    prov = context.provenance
+    dirty = {True: "**dirty**", False: "clean", None: "unknown"}[prov.get("dirty")]
+    draw = "; ".join(f"{k}: {v.get('family', k)} {v['split']} seed {v['seed']}, "
+                     f"{v['n'] if 'n' in v else 'at most ' + str(v['n_at_most'])} problems"
+                     for k, v in context.test_draw.items()) or "not recorded"
+    lines = [f"- commit `{prov.get('commit') or 'unknown'}` ({dirty} tree), run `{context.run_name}`, scale "
+             f"`{context.scale}`, {prov.get('utc', 'date unknown')}",
+             f"- seeds: {', '.join(map(str, context.seeds)) or 'none'}",
+             f"- test draw (every arm scored on the same problems): {draw}"]
+    arms: dict[str, set[str]] = {}
+    for r in context.runs:
+        arms.setdefault(f"{r['objective']}/{r['constraint']} {r['organism']} {r['steps']} steps", set()).add(
+            f"{r['digest']} (seed {r['seed']})")
+    lines += [f"- runs `{name}`: {', '.join(sorted(digests))}" for name, digests in sorted(arms.items())]
+    return lines
+
+
+def _rule_rows(claim: Claim, results: Iterable[RuleResult], version: int) -> list[str]:
+    rows = []
+    for r in results:
+        n = r.estimate.n if r.estimate else 0
+        problems = f" x {r.estimate.problems}" if r.estimate and r.estimate.problems else ""
+        rule = str(r.rule).replace("|", "\\|")  # a bare pipe would split the cell, even inside backticks
+        rows.append(f"| v{version} `{rule}` | {paper_cell(claim.paper_value(r.rule))} | "
+                    f"{rule_cell(r.rule, r.estimate)} | {n}{problems} | {r.verdict.value} |")
+    return rows
+
+
+def claim_table(result: ClaimResult, context: PageContext) -> str:
+    """A claim's page: its sentence and source, the verdict under each rule version, provenance, then one row
+    per decision rule of each version (with its verdict) and one per recorded ``arm.metric``: paper value |
+    measured mean [interval] | seeds (x problems) | verdict. The interval's kind is stated above the table."""
     claim = result.claim
     note = f"; paper numbers: {claim.paper_note}" if claim.paper_note else ""
+    versions = ", ".join(f"rules v{v}: {verdict.value}" for v, (verdict, _) in sorted(result.versions.items()))
     lines = [
         f"# {claim.id} {claim.slug}: **{result.verdict.value}**",
         "",
         f"> {claim.statement}",
         "",
-        f"Source: {claim.source}{note}. Metric: {claim.metric}. Scale `{scale}`, run `{run_name}`. "
+        f"Source: {claim.source}{note}. Metric: {claim.metric}. Verdicts: {versions}. "
         "Generated by the claims plugin; do not edit.",
         "",
-        "| quantity | paper | measured mean [95% CI] | n | verdict |",
+        *provenance_lines(context),
+        "",
+        f"Intervals: v1 rules, {BOOTSTRAP_LABEL}; v2 rules and measured rows, {T_LABEL} where the arms' "
+        f"per-problem scores pair them (n = seeds x problems), else {SEED_T_LABEL} (n = seeds).",
+        "",
+        "| quantity | paper | measured mean [interval] | n | verdict |",
         "|---|---|---|---|---|",
     ]
-    for r in result.rules:
-        n = r.estimate.n if r.estimate else 0
-        rule = str(r.rule).replace("|", "\\|")  # a bare pipe would split the cell, even inside backticks
-        lines.append(f"| `{rule}` | {paper_cell(claim.paper_value(r.rule))} | {estimate_cell(r.estimate)} | {n}"
-                     f" | {r.verdict.value} |")
+    for version, (_, rules) in sorted(result.versions.items()):
+        lines += _rule_rows(claim, rules, version)
     for key, estimate in result.measured.items():
-        lines.append(f"| {key} | {paper_cell(claim.paper.get(key))} | {estimate_cell(estimate)} | {estimate.n} | |")
+        problems = f" x {estimate.problems}" if estimate.problems else ""
+        lines.append(f"| {key} | {paper_cell(claim.paper.get(key))} | {estimate_cell(estimate)} | "
+                     f"{estimate.n}{problems} | |")
     return "\n".join(lines) + "\n"
 
 
 @dataclass(frozen=True)
 class SummaryEntry:
-    """The latest saved verdict of one claim: verdict, scale and the run file it came from."""
+    """The saved verdict of one claim: under the current rules (``verdict``) and version 1 (``v1_verdict``),
+    the scale, the run file it came from and that run's commit."""
 
     verdict: str
     scale: str
     run_name: str
+    v1_verdict: str = ""
+    commit: str = ""
 
 
 def summary_table(claims: Iterable[Claim], latest: Mapping[str, SummaryEntry]) -> str:
-    """One line per registered claim: id, slug (linked to its page when run), source, verdict, scale, run;
-    claims without a saved result show "not run"."""
-    lines = ["| id | claim | source | verdict | scale | run |", "|---|---|---|---|---|---|"]
+    """One line per registered claim: id, slug (linked to its page when run), source, verdict under rules v2
+    and v1, scale, run, commit (first 8 characters); claims without a saved result show "not run"."""
+    lines = ["| id | claim | source | verdict (rules v2) | rules v1 | scale | run | commit |",
+             "|---|---|---|---|---|---|---|---|"]
     for claim in claims:
         entry = latest.get(claim.id)
         if entry is None:
-            lines.append(f"| {claim.id} | {claim.slug} | {claim.source} | {NOT_RUN} | | |")
+            lines.append(f"| {claim.id} | {claim.slug} | {claim.source} | {NOT_RUN} | | | | |")
         else:
             link = f"[{claim.slug}](claims/{claim_page_name(claim)})"
-            lines.append(f"| {claim.id} | {link} | {claim.source} | {entry.verdict} | {entry.scale} | {entry.run_name} |")
+            lines.append(f"| {claim.id} | {link} | {claim.source} | {entry.verdict} | {entry.v1_verdict} | "
+                         f"{entry.scale} | {entry.run_name} | {entry.commit[:8]} |")
     return "\n".join(lines) + "\n"

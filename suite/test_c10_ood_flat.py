@@ -6,13 +6,24 @@ The organism's six held-out ability families (times table, negative results, ans
 operands, four-operand chains, multiple choice), never in post-training data, stand in for Table 1's six
 tasks; each runs through lm-eval as a local task. The models are C02's: the base, the calibration's SFT and
 GRPO runs, and OPSFT with v from GRPO at half its steps. Training-set and in-domain accuracy stand beside.
+
+A family the base scores at its floor or ceiling (``FLOOR`` / ``CEILING``) cannot show a move in one direction,
+so version 2 decides on ``ood_informative``, the mean over the other families; the base records each family it
+leaves out as ``left_out_<family>`` = 1.
 """
+
+import statistics
 
 import pytest
 
 from opsft.claims.arms import baseline, opsft_recipe
 from opsft.claims.measure import accuracies, ood_accuracies
+from opsft.organism import tasks
 from opsft.organism.build import build_organism
+
+# Registered with rules v2 (before any run that uses them): a family is at the floor / ceiling when the base
+# scores at most / at least this (%).
+FLOOR, CEILING = 5.0, 95.0
 
 
 @pytest.mark.claim("C10")
@@ -22,7 +33,11 @@ def test_claim_ood_flat(claim, seed):
     org = build_organism(sft.organism)
     models = {"base": org.base, **{arm: claim.run(cfg).load_model() for arm, cfg in
                                    (("sft", sft), ("grpo", grpo), ("opsft", opsft_recipe(sft, grpo, "sign")))}}
+    ood = {arm: ood_accuracies(model, org.tokenizer, claim.scale) for arm, model in models.items()}
+    informative = [f for f in tasks.HELD_OUT if FLOOR < ood["base"][f] < CEILING]
+    left_out = {f"left_out_{f}": 1.0 for f in tasks.HELD_OUT if f not in informative}
     for arm, model in models.items():
-        measured = claim.record(arm, seed, **ood_accuracies(model, org.tokenizer, claim.scale),
-                                **accuracies(model, org.tokenizer, claim.scale))
-        assert all(0 <= v <= 100 for v in measured.values()), f"{arm}: accuracy outside [0, 100]: {measured}"
+        mean = statistics.fmean(ood[arm][f] for f in informative) if informative else float("nan")
+        measured = claim.record(arm, seed, **ood[arm], ood_informative=mean,
+                                **accuracies(model, org.tokenizer, claim.scale), **(left_out if arm == "base" else {}))
+        assert all(0 <= v <= 100 for k, v in measured.items() if k != "ood_informative"), f"{arm}: {measured}"

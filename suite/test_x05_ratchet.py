@@ -3,10 +3,13 @@ noise that agrees with v and drops the noise that would cancel it; Adam's normal
 allowed weight along v at about lr per step. OPSFT runs ended 2-5x further from the base than SFT."
 
 For each calibration row (precision x learning rates; only the claims' row at smoke), SFT and SFT under four
-masks built from the row's GRPO v (at half its steps): the sign rule (``sign``), the same with Adam's moments
-zeroed where a step was undone (``sign_reset``: it removes the moments' memory of undone steps, so it tells
-whether that memory or Adam's per-weight normalisation drives the drift), random signs on v's
-support (``random_sign``) and v's locations (``location``). Per arm: ``distance`` ||theta_T - theta_0|| and
+masks built from the row's GRPO v (at half its steps): the sign rule (``sign``), the ratchet-free
+``sign_update`` (the gradient is left whole and only the optimizer's step is kept to v's sign, so gradient
+noise that disagrees with v still reaches Adam's moments and cancels: if the one-sided gradient mask is what
+drives the drift, ``sign_update`` travels less far), random signs on v's support (``random_sign``) and v's
+locations (``location``). (Version 1 also trained ``sign`` with Adam's moments zeroed where a step was undone;
+under gradient masking a step is almost never undone, so that arm equalled ``sign`` by construction and is
+gone.) Per arm: ``distance`` ||theta_T - theta_0|| and
 ``distance_vs_sft`` (its ratio to SFT's), ``share_along_v`` = cos^2(Delta, v) (``opsft.claims.travel``; 1 for
 a uniform drift along v), ``share_along_mask`` the same against the arm's own sign mask (the random signs for
 ``random_sign``), ``agree_on_v``, the share of v's support on which the arm's update took v's sign
@@ -33,7 +36,7 @@ from opsft.organism.build import build_organism
 def masked_arms(sft, grpo, seed: int) -> dict:
     """SFT and the four masked variants of it, keyed by arm name."""
     return {"sft": sft, "sign": constrained(sft, grpo, "sign"),
-            "sign_reset": constrained(sft, grpo, "sign", reset_moments=True),
+            "sign_update": constrained(sft, grpo, "sign-update"),
             "random_sign": constrained(sft, grpo, "random-sign", seed=seed),
             "location": constrained(sft, grpo, "location")}
 

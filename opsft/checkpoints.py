@@ -11,12 +11,21 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 import torch
-from safetensors import safe_open
+from safetensors import SafetensorError, safe_open
 from safetensors.torch import save_file
 
 from opsft.io import atomic_write
 
 WeightSource = torch.nn.Module | Mapping[str, torch.Tensor] | str | Path
+
+
+def open_safetensors(path: Path) -> safe_open:
+    """``safe_open(path)`` for torch tensors; a file that safetensors cannot read (truncated, not safetensors)
+    raises a ValueError naming ``path``, with the library's error as its ``__cause__``."""
+    try:
+        return safe_open(str(path), framework="pt")
+    except SafetensorError as err:
+        raise ValueError(f"cannot read safetensors file {path}: {err}") from err
 
 
 def _folder_files(folder: Path) -> dict[str, Path]:
@@ -30,7 +39,7 @@ def _folder_files(folder: Path) -> dict[str, Path]:
         raise FileNotFoundError(f"no safetensors weights found at {folder}")
     out: dict[str, Path] = {}
     for f in files:
-        with safe_open(str(f), framework="pt") as fh:
+        with open_safetensors(f) as fh:
             for name in fh.keys():
                 out[name] = f
     return out
@@ -51,7 +60,7 @@ def iter_tensors(source: WeightSource, names: list[str] | None = None) -> Iterat
         for name in wanted:
             if name not in files:
                 raise KeyError(f"tensor {name!r} missing from checkpoint {source}")
-            with safe_open(str(files[name]), framework="pt") as fh:
+            with open_safetensors(files[name]) as fh:
                 yield name, fh.get_tensor(name)
         return
     if isinstance(source, torch.nn.Module):

@@ -144,3 +144,12 @@ def test_behaviour_counts_cues_per_thousand_words():
     assert per_thousand_words([text], LOGICAL_CUES) == pytest.approx(1000 * 2 / n_words)
     habits = behaviour(["ab", "abcd"])
     assert habits.length == 3 and habits.logical_per_1k == 0.0
+
+
+def test_a_missing_prediction_is_wrong_and_a_missing_gold_is_named():
+    assert is_correct(None, "47") is False
+    assert are_correct([None, "\\boxed{47}"], ["47", "47"]) == [False, True]
+    with pytest.raises(ValueError, match=r"^gold is None"):
+        is_correct("\\boxed{47}", None)
+    with pytest.raises(ValueError, match=r"golds\[1\] is None"):
+        are_correct(["1", "2"], ["1", None])

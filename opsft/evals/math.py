@@ -178,20 +178,24 @@ atexit.register(_POOL.close)
 
 
 def are_correct(
-    predictions: Sequence[str],
+    predictions: Sequence[str | None],
     golds: Sequence[str],
     timeout: float = DEFAULT_TIMEOUT_S,
     require_boxed: bool = False,
 ) -> list[bool]:
     """Whether each prediction matches its gold: integer fast path, else math-verify in the pool (timeout -> False).
 
-    With ``require_boxed`` a prediction without ``\\boxed{}`` is wrong at once (the organism's answer format),
-    instead of letting math-verify pick an unanchored number out of it.
+    A None prediction (no answer produced) is wrong; a None gold is the caller's bug and raises a ValueError
+    naming ``golds`` and its index. With ``require_boxed`` a prediction without ``\\boxed{}`` is wrong at once
+    (the organism's answer format), instead of letting math-verify pick an unanchored number out of it.
     """
     if len(predictions) != len(golds):
         raise ValueError(f"{len(predictions)} predictions but {len(golds)} golds")
+    missing = [i for i, g in enumerate(golds) if g is None]
+    if missing:
+        raise ValueError(f"golds[{missing[0]}] is None: every prediction needs a gold answer to check")
     verdicts = [
-        False if require_boxed and extract_boxed(p) is None else _fast_verdict(p, g)
+        False if p is None or (require_boxed and extract_boxed(p) is None) else _fast_verdict(p, g)
         for p, g in zip(predictions, golds, strict=True)
     ]
     slow = [i for i, v in enumerate(verdicts) if v is None]
@@ -202,8 +206,12 @@ def are_correct(
     return [bool(v) for v in verdicts]
 
 
-def is_correct(prediction: str, gold: str, timeout: float = DEFAULT_TIMEOUT_S, require_boxed: bool = False) -> bool:
-    """Whether ``prediction`` states ``gold`` (math-verify, gold first); False when the check exceeds ``timeout``."""
+def is_correct(prediction: str | None, gold: str, timeout: float = DEFAULT_TIMEOUT_S,
+               require_boxed: bool = False) -> bool:
+    """Whether ``prediction`` states ``gold`` (math-verify, gold first); False when the check exceeds
+    ``timeout`` or ``prediction`` is None; a None ``gold`` raises a ValueError naming ``gold``."""
+    if gold is None:
+        raise ValueError("gold is None: is_correct needs a gold answer to check the prediction against")
     return are_correct([prediction], [gold], timeout, require_boxed)[0]
 
 

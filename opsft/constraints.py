@@ -50,8 +50,10 @@ from opsft.distributed.layout import replicate_as, shard_as
 from opsft.fused_adamw import FusedMaskConstraint
 
 MODES: tuple[str, ...] = (
-    "none", "sign", "location", "random-sign", "random-location", "flipped", "sign-update", "subspace"
+    "none", "sign", "location", "random-sign", "random-location", "flipped", "sign-update", "subspace",
+    "subspace-update",
 )
+SUBSPACE_MODES = ("subspace", "subspace-update")
 Signs = Mapping[str, torch.Tensor]
 
 
@@ -89,6 +91,18 @@ def check_layout(masks: Signs, model: torch.nn.Module, what: str = "direction") 
                 f"{what} entry {name!r} has shape {list(masks[name].shape)} but the model parameter has shape "
                 f"{list(params[name].shape)}"
             )
+
+
+def check_mask_values(masks: Signs, what: str) -> None:
+    """Raise a ValueError naming ``what``, the first entry and its first value outside {-1, 0, 1}; bool masks
+    pass. Run once, when a constraint is built: v == sign(v) holds exactly on {-1, 0, 1} (not on NaN)."""
+    for name, t in masks.items():
+        if t.dtype == torch.bool:
+            continue
+        bad = t.sign() != t
+        if bad.any():
+            raise ValueError(f"{what} entry {name!r} holds {t[bad][0].item()!r} ({t.dtype}); a mask holds "
+                             "only -1, 0 and 1 (or is bool)")
 
 
 def grad_bounds(mask: torch.Tensor, dtype: torch.dtype, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
@@ -191,10 +205,18 @@ class MatchedRandomSign(MaskConstraint):
 
 
 class SubspaceConstraint:
-    """GEO section 4.2: for each 2-D weight with a basis V_K ([in, K]), G <- G V_K V_K^T before the step."""
+    """GEO section 4.2: for each 2-D weight with a basis V_K ([in, K]), G <- G V_K V_K^T before the step.
 
-    def __init__(self, params: dict[str, torch.Tensor], bases: Mapping[str, torch.Tensor], rank: int) -> None:
+    AdamW's per-weight normalisation and its weight decay take the step itself out of the subspace even when
+    the gradient lies in it. With ``project_update`` (mode ``subspace-update``) the step is projected too:
+    theta <- theta_old + (theta_new - theta_old) V_K V_K^T after every step, so the whole update from the
+    start stays in the subspace (one copy of each constrained weight is kept for the step)."""
+
+    def __init__(self, params: dict[str, torch.Tensor], bases: Mapping[str, torch.Tensor], rank: int,
+                 project_update: bool = False) -> None:
         self.pairs = []
+        self.project_update = project_update
+        self._before: list[torch.Tensor] = []
         for name, basis in bases.items():
             if name not in params:
                 raise ValueError(f"subspace basis {name!r} is not a parameter the optimizer updates")
@@ -208,13 +230,19 @@ class SubspaceConstraint:
 
     @torch.no_grad()
     def pre_step(self, *_: Any) -> None:
-        """G <- (G V_K) V_K^T for every weight with a basis."""
+        """G <- (G V_K) V_K^T for every weight with a basis; keep theta_old when the step is projected too."""
         for p, basis in self.pairs:
             if p.grad is not None:
                 p.grad.copy_((p.grad @ basis) @ basis.T)
+        if self.project_update:
+            self._before = [p.detach().clone() for p, _ in self.pairs]
 
+    @torch.no_grad()
     def post_step(self, *_: Any) -> None:
-        """Nothing to restore: the projected gradient already lies in the subspace."""
+        """With ``project_update``: theta <- theta_old + ((theta - theta_old) V_K) V_K^T; else nothing."""
+        for (p, basis), old in zip(self.pairs, self._before, strict=False):
+            p.copy_(old + ((p - old) @ basis) @ basis.T)
+        self._before = []
 
 
 class ConstraintHandle:
@@ -274,7 +302,8 @@ def constrain(
 
     ``direction``: v as a Direction or name -> int8 signs; ``masks`` overrides the mask a mode derives from
     v (int8 signs for sign-like modes, bool for location-like modes). ``seed`` draws the random controls.
-    ``bases`` (name -> V_K, from ``opsft.masks.subspace_bases``) and ``rank`` K serve mode ``subspace``.
+    ``bases`` (name -> V_K, from ``opsft.masks.subspace_bases``) and ``rank`` K serve modes ``subspace``
+    (the gradient projected) and ``subspace-update`` (the gradient and the optimizer's step projected).
     ``reset_moments`` zeroes the optimizer's moment tensors where a step was undone (the ratchet control).
     ``match_kept_fraction`` (random-sign only) matches the kept-gradient count to the real sign mask's.
     ``fused`` (torch AdamW, fp32 CPU weights, mask modes) does the masked step in one C++ pass per weight
@@ -285,7 +314,7 @@ def constrain(
         raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
     if match_kept_fraction and mode != "random-sign":
         raise ValueError(f"match_kept_fraction applies to mode 'random-sign' only, not {mode!r}")
-    if fused and (mode in ("subspace", "none") or match_kept_fraction or reset_moments):
+    if fused and (mode in (*SUBSPACE_MODES, "none") or match_kept_fraction or reset_moments):
         raise ValueError(f"fused=True serves the fixed-mask modes; not mode {mode!r}"
                          f"{' with match_kept_fraction' if match_kept_fraction else ''}"
                          f"{' with reset_moments' if reset_moments else ''}")
@@ -293,11 +322,14 @@ def constrain(
         return ConstraintHandle(None, [])
     params = optimizer_params(optimizer, model)
     rule: MaskConstraint | SubspaceConstraint | FusedMaskConstraint
-    if mode == "subspace":
+    if mode in SUBSPACE_MODES:
         if bases is None:
-            raise ValueError("mode 'subspace' needs `bases` (name -> V_K, see opsft.masks.subspace_bases)")
-        rule = SubspaceConstraint(params, bases, rank)
+            raise ValueError(f"mode {mode!r} needs `bases` (name -> V_K, see opsft.masks.subspace_bases)")
+        rule = SubspaceConstraint(params, bases, rank, project_update=mode == "subspace-update")
     else:
+        for what, given in (("direction", direction), ("masks", masks)):
+            if given is not None and not isinstance(given, Direction):  # a Direction checked its own signs
+                check_mask_values(given, what)
         mask = build_masks(mode, direction, masks, seed)
         check_layout(mask, model, what=f"{mode} mask")
         mask = {n: mask[n] for n in params}

@@ -395,3 +395,19 @@ def test_fused_kernel_state_carries_on_under_torch_adamw(fused_kernel):
     state = opt.state_dict()["state"][0]
     assert float(state["step"]) == 3 and state["exp_avg"].shape == (5, 4)
     opt.load_state_dict(opt.state_dict())
+
+
+@pytest.mark.parametrize(("bad", "shown"), [(torch.tensor(2, dtype=torch.int64), "2"),
+                                            (torch.tensor(0.3), "0.3"), (torch.tensor(float("nan")), "nan")])
+@pytest.mark.parametrize("given", ["direction", "masks"])
+def test_a_plain_mask_dict_with_a_value_outside_the_signs_is_named(bad, shown, given):
+    model = make_model((4, 5, 2), 0)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    signs = {n: t.to(bad.dtype) for n, t in random_direction(model, 0).signs.items()}
+    signs["2.bias"][1] = bad
+    with pytest.raises(ValueError, match=rf"{given} entry '2\.bias' holds {shown}"):
+        constrain(opt, model, **{given: signs})
+    fine = {n: t.to(bad.dtype) for n, t in random_direction(model, 0).signs.items()}
+    constrain(opt, model, **{given: fine}).remove()  # -1, 0 and 1 of any dtype pass
+    location = {n: t != 0 for n, t in fine.items()}
+    constrain(opt, model, masks=location, mode="location").remove()  # bool masks pass

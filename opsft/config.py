@@ -5,47 +5,13 @@ Defaults quote the papers where the papers state them; organism-scale values say
 
 from __future__ import annotations
 
-import dataclasses
-import hashlib
-import json
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-# Bump when a change to the code alters what a given config computes: old cache entries then miss.
-CACHE_VERSION = 1
+from opsft.digest import Digestible
+from opsft.organism.specs import ORGANISMS
 
 Precision = Literal["fp32", "bf16"]
-
-
-def _canonical(obj: Any) -> Any:
-    if dataclasses.is_dataclass(obj):
-        out = {f.name: _canonical(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
-        out["__type__"] = type(obj).__name__
-        return out
-    if isinstance(obj, (list, tuple)):
-        return [_canonical(x) for x in obj]
-    if isinstance(obj, dict):
-        return {str(k): _canonical(v) for k, v in sorted(obj.items())}
-    if isinstance(obj, float):
-        return repr(obj)
-    return obj
-
-
-class Digestible:
-    """Mixin: a stable SHA-256 (first 16 hex digits) of the dataclass's canonical JSON and CACHE_VERSION."""
-
-    def digest(self) -> str:
-        """Content hash of every field (recursively), independent of process, platform and dict order."""
-        payload = json.dumps({"v": CACHE_VERSION, "cfg": _canonical(self), **self.digest_context()}, sort_keys=True)
-        return hashlib.sha256(payload.encode()).hexdigest()[:16]
-
-    def digest_context(self) -> dict[str, Any]:
-        """What the digest covers beyond the fields: nothing by default."""
-        return {}
-
-    def to_dict(self) -> dict[str, Any]:
-        """The config as plain JSON-able data (with type tags), as stored beside every run."""
-        return _canonical(self)
 
 
 @dataclass(frozen=True)
@@ -164,8 +130,6 @@ class RunConfig(Digestible):
     def digest_context(self) -> dict[str, Any]:
         """The digest of the organism recipe the run trains on, so that rebuilding an organism with another
         recipe never reuses the old one's runs."""
-        from opsft.organism.build import ORGANISMS  # the organism module imports this one
-
         spec = ORGANISMS.get(self.organism)
         return {"organism": spec.digest() if spec is not None else self.organism}
 

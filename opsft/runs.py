@@ -24,18 +24,19 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, P
 from opsft.checkpoints import save_state
 from opsft.config import RunConfig
 from opsft.constraint_config import constraint_from_config
-from opsft.data.real import RealProblem, load_examples
-from opsft.evals.math import is_correct as math_is_correct
+from opsft.data.real import load_examples
 from opsft.io import atomic_write, atomic_write_json, file_sha256, read_verified_manifest
 from opsft.objectives import make_objective
 from opsft.organism import tasks
-from opsft.organism.build import Organism, build_organism, teacher_trajectories
+from opsft.organism.build import Organism, build_organism
 from opsft.paths import cache_root
 from opsft.provenance import provenance
+from opsft.rewards import reward
 from opsft.sampling.hf import HFSampler
 from opsft.sources import Example, RolloutSource, StaticSource
 from opsft.threads import pinned_threads
 from opsft.train import make_optimizer, make_scheduler, train
+from opsft.trajectories import teacher_trajectories
 
 
 def snapshot_name(step: int) -> str:
@@ -131,17 +132,6 @@ def _examples(config: RunConfig, org: Organism | None) -> list[Example]:
     return [Example(p.prompt, p.solution if src.kind == "static" else "", p) for p in problems]
 
 
-def reward(problem: object, completion: str) -> float:
-    """1.0 when the completion solves the problem: organism problems by their own verifier, real math by
-    math-verify on the boxed answer. Real code rewards need a sandbox and are not computed in the trainer."""
-    if isinstance(problem, tasks.Problem):
-        return float(tasks.is_correct(problem, completion))
-    if isinstance(problem, RealProblem) and problem.kind == "math":
-        return float(math_is_correct(completion, problem.answer, require_boxed=True))
-    raise ValueError(f"no reward for {type(problem).__name__} of kind {getattr(problem, 'kind', '?')!r}: real code "
-                     "rewards are scored by evalplus, not inside the training loop")
-
-
 def make_source(config: RunConfig, model: torch.nn.Module, org: Organism | None,
                 tokenizer: PreTrainedTokenizerBase) -> StaticSource | RolloutSource:
     """The batch source a config asks for: teacher trajectories (static) or on-policy rollouts."""
@@ -222,7 +212,7 @@ def attach_constraint(config: RunConfig, model: torch.nn.Module, optimizer: torc
     """Hook the config's constraint onto the optimizer (None for ``mode="none"``)."""
     if config.constraint.mode == "none":
         return None
-    return constraint_from_config(config.constraint, model, optimizer, cache)
+    return constraint_from_config(config.constraint, model, optimizer, run(config.constraint.direction_run, cache))
 
 
 def _truncate_metrics(path: Path, step: int) -> None:

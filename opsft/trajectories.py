@@ -34,14 +34,16 @@ from typing import Literal
 import torch
 from filelock import FileLock
 
-from opsft.config import Digestible
 from opsft.data.real import RealProblem, load_examples
+from opsft.digest import Digestible
 from opsft.directions import source_digest
 from opsft.evals.generation import Sampling
 from opsft.io import atomic_write_json, atomic_write_text, file_sha256, read_verified_manifest
 from opsft.organism import tasks
+from opsft.organism.accuracy import MAX_NEW_TOKENS
+from opsft.organism.build import Organism
 from opsft.provenance import provenance
-from opsft.runs import reward
+from opsft.rewards import reward
 from opsft.sampling.base import Sampler
 from opsft.sampling.hf import HFSampler
 from opsft.sampling.vllm import EngineSettings, VLLMSampler
@@ -256,3 +258,15 @@ def trajectories_from_folder(teacher_folder: str | Path, dataset_path: str | Pat
     return make_trajectories(examples, sampler, model, out, params, teacher_id=teacher_identity(folder),
                              source=str(Path(dataset_path).resolve()))
 
+
+def teacher_trajectories(org: Organism, family: str, n_problems: int, *, tries: int = 4,
+                         data_seed: int = 0) -> list[Example]:
+    """SFT data: for each of the first ``n_problems`` training problems of ``family``, the first of ``tries``
+    teacher samples (temperature 1) that verifies; problems the teacher never solves are dropped. Written by
+    the generic teacher-trajectory step (``opsft.trajectories``) beside the organism, with its provenance."""
+    problems = tasks.generate(family, "train", n_problems, data_seed)
+    path = org.folder / "trajectories" / f"{family}-{n_problems}-{tries}-{data_seed}.jsonl"
+    params = TrajectoryParams(k=tries, max_new_tokens=MAX_NEW_TOKENS, seed=data_seed)
+    made = make_trajectories([Example(p.prompt, "", p) for p in problems], HFSampler(org.tokenizer), org.teacher,
+                             path, params, teacher_id=teacher_identity(org.teacher), source=f"organism {family}")
+    return made.examples({p.prompt: p for p in problems})

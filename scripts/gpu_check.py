@@ -38,7 +38,7 @@ from opsft.objectives import make_objective
 from opsft.organism import tasks
 from opsft.organism.accuracy import MAX_NEW_TOKENS
 from opsft.organism.build import Organism, build_organism
-from opsft.runs import reward
+from opsft.rewards import reward
 from opsft.sampling.base import Sampler
 from opsft.sampling.hf import HFSampler
 from opsft.sampling.vllm import EngineSettings, VLLMSampler, vllm_unavailable_reason

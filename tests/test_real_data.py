@@ -8,7 +8,8 @@ from opsft.config import ObjectiveConfig, OptimConfig, RunConfig, SourceConfig
 from opsft.data.real import RealProblem, load_examples
 from opsft.organism.models import build_model
 from opsft.organism.tokenizer import build_tokenizer
-from opsft.runs import reward, run
+from opsft.rewards import reward
+from opsft.runs import run
 
 DEEPMATH = [{"question": "What is 2+3?", "final_answer": "5", "difficulty": 1.0, "topic": "arith",
              "r1_solution_1": "2+3=5 so \\boxed{5}"},

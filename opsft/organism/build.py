@@ -20,88 +20,18 @@ from safetensors.torch import load_file
 from transformers import PreTrainedTokenizerBase, Qwen3ForCausalLM
 
 from opsft.checkpoints import save_state
-from opsft.config import Digestible, OptimConfig
+from opsft.config import OptimConfig
 from opsft.io import atomic_write_json, file_sha256, read_verified_manifest
 from opsft.objectives import sft_loss
 from opsft.organism import tasks
-from opsft.organism.accuracy import MAX_NEW_TOKENS, accuracy
+from opsft.organism.accuracy import accuracy
 from opsft.organism.models import build_model
+from opsft.organism.specs import ORGANISMS, ModelRecipe, OrganismSpec
 from opsft.organism.tokenizer import build_tokenizer
 from opsft.paths import cache_root
-from opsft.sampling.hf import HFSampler
 from opsft.sources import Example, StaticSource
 from opsft.threads import pinned_threads
 from opsft.train import make_optimizer, make_scheduler, train
-
-# The base's pretraining mixture (family -> share). In-domain families are learned only part-way; the
-# held-out abilities are what post-training can make it forget. (A base that wrote 60% of its in-domain answers
-# bare, to hold a worse mode that RL could switch off, learnt the worked steps too poorly: 3% of its sampled
-# step-by-step solutions were right after 1000 steps.)
-BASE_MIXTURE = (("arith", 0.45), ("arith_alt", 0.15), ("code", 0.05), ("times", 0.10), ("neg", 0.10), ("format", 0.15))
-# The teacher sees the in-domain families in its own style, more of them, for longer.
-TEACHER_MIXTURE = (("arith", 0.45), ("arith_alt", 0.25), ("code", 0.30))
-
-
-@dataclass(frozen=True)
-class ModelRecipe(Digestible):
-    """How one of the organism's two models is pretrained; its digest keys the model's own cache entry, so
-    changing the base's recipe never retrains the teacher (and the reverse)."""
-
-    size: str
-    mixture: tuple
-    style: str
-    steps: int
-    batch_size: int
-    lr: float
-    examples: int
-    seed: int
-
-    def digest_context(self) -> dict:
-        """The task generators' version: a model trained on other problems is another model."""
-        return {"tasks": tasks.TASKS_VERSION}
-
-
-@dataclass(frozen=True)
-class OrganismSpec(Digestible):
-    """Sizes and training budgets of one organism (student base + teacher)."""
-
-    student: str = "micro"
-    teacher: str = "mini"
-    # 600 steps leave the micro base at 27% greedy on 200 held-out arith problems (a probe at 800 steps: 49%):
-    # inside the 10-60% band where GRPO's groups see both outcomes
-    base_steps: int = 600
-    teacher_steps: int = 1500
-    batch_size: int = 64
-    pretrain_lr: float = 2e-3
-    pretrain_examples: int = 30_000
-    seed: int = 0
-    base_mixture: tuple = BASE_MIXTURE
-    teacher_mixture: tuple = TEACHER_MIXTURE
-    eval_problems: int = 200
-
-    def digest_context(self) -> dict:
-        """The task generators' version: an organism scored on other problems is another organism."""
-        return {"tasks": tasks.TASKS_VERSION}
-
-    def recipe(self, role: str) -> ModelRecipe:
-        """The pretraining recipe of ``role`` ("base": the student size on the base mixture in base style;
-        "teacher": the teacher size on the teacher mixture in teacher style, with another seed)."""
-        if role not in ("base", "teacher"):
-            raise KeyError(f"unknown organism role {role!r}; known: base, teacher")
-        base = role == "base"
-        return ModelRecipe(size=self.student if base else self.teacher,
-                           mixture=self.base_mixture if base else self.teacher_mixture, style=role,
-                           steps=self.base_steps if base else self.teacher_steps, batch_size=self.batch_size,
-                           lr=self.pretrain_lr, examples=self.pretrain_examples,
-                           seed=self.seed + (0 if base else 1))
-
-
-ORGANISMS: dict[str, OrganismSpec] = {
-    "nano": OrganismSpec(student="nano", teacher="nano", base_steps=60, teacher_steps=60, pretrain_examples=2000,
-                         eval_problems=32),
-    "micro": OrganismSpec(),
-    "small": OrganismSpec(student="small", base_steps=900),
-}
 
 
 @dataclass
@@ -257,22 +187,3 @@ def _build(spec: OrganismSpec, root: Path, folder: Path, tokenizer: PreTrainedTo
         "sha256": {models[role]: file_sha256(paths[role]) for role in paths},
         "torch": torch.__version__,
     }
-
-
-def teacher_trajectories(org: Organism, family: str, n_problems: int, *, tries: int = 4,
-                         data_seed: int = 0) -> list[Example]:
-    """SFT data: for each of the first ``n_problems`` training problems of ``family``, the first of ``tries``
-    teacher samples (temperature 1) that verifies; problems the teacher never solves are dropped. Written by
-    the generic teacher-trajectory step (``opsft.trajectories``) beside the organism, with its provenance."""
-    from opsft.trajectories import (  # it imports the runs
-        TrajectoryParams,
-        make_trajectories,
-        teacher_identity,
-    )
-
-    problems = tasks.generate(family, "train", n_problems, data_seed)
-    path = org.folder / "trajectories" / f"{family}-{n_problems}-{tries}-{data_seed}.jsonl"
-    params = TrajectoryParams(k=tries, max_new_tokens=MAX_NEW_TOKENS, seed=data_seed)
-    made = make_trajectories([Example(p.prompt, "", p) for p in problems], HFSampler(org.tokenizer), org.teacher,
-                             path, params, teacher_id=teacher_identity(org.teacher), source=f"organism {family}")
-    return made.examples({p.prompt: p for p in problems})

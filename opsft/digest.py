@@ -1,0 +1,43 @@
+"""Content digests of frozen dataclasses: the stable hash that keys every cache entry (runs, organisms,
+trajectories). The bottom layer: it imports nothing of the project."""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+from typing import Any
+
+# Bump when a change to the code alters what a given config computes: old cache entries then miss.
+CACHE_VERSION = 1
+
+
+def _canonical(obj: Any) -> Any:
+    if dataclasses.is_dataclass(obj):
+        out = {f.name: _canonical(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+        out["__type__"] = type(obj).__name__
+        return out
+    if isinstance(obj, (list, tuple)):
+        return [_canonical(x) for x in obj]
+    if isinstance(obj, dict):
+        return {str(k): _canonical(v) for k, v in sorted(obj.items())}
+    if isinstance(obj, float):
+        return repr(obj)
+    return obj
+
+
+class Digestible:
+    """Mixin: a stable SHA-256 (first 16 hex digits) of the dataclass's canonical JSON and CACHE_VERSION."""
+
+    def digest(self) -> str:
+        """Content hash of every field (recursively), independent of process, platform and dict order."""
+        payload = json.dumps({"v": CACHE_VERSION, "cfg": _canonical(self), **self.digest_context()}, sort_keys=True)
+        return hashlib.sha256(payload.encode()).hexdigest()[:16]
+
+    def digest_context(self) -> dict[str, Any]:
+        """What the digest covers beyond the fields: nothing by default."""
+        return {}
+
+    def to_dict(self) -> dict[str, Any]:
+        """The config as plain JSON-able data (with type tags), as stored beside every run."""
+        return _canonical(self)

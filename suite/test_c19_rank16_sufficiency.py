@@ -3,12 +3,17 @@ progress, and training then resumes under this rank-16 constraint. OPD is essent
 rank-16 bottleneck ... The same constraint degrades SFT over the matched window."
 
 For OPD and SFT (the calibration's runs), the first 20% of the steps (``PROJECTION_START``) run as a prefix;
-from its final weights two arms train the remaining steps: unprojected (``opd``, ``sft``) and with every
-2-D weight's gradient projected as G <- G V_16 V_16^T onto the top-16 right singular subspace of the
-prefix's update (``opd_proj``, ``sft_proj``). Both arms of a method thus cover the same window from the same
-weights (each with a fresh optimizer). ``*_proj.start_stable_rank`` is the mean stable rank of the prefix's
-layer-matrix updates: GEO picks K = 16 "slightly below the effective dimension observed near the projection
-point"; at the organism's width (128) K = 16 is a far looser bottleneck than 16 of Qwen3-8B's 4096.
+from its final weights the arms train the remaining steps: unprojected (``opd``, ``sft``), with every 2-D
+weight's gradient projected as G <- G V_16 V_16^T onto the top-16 right singular subspace of the prefix's
+update (``opd_proj``, ``sft_proj``: rules v1), and with K set as GEO sets it, "slightly below the effective
+dimension observed near the projection point" (``opsft.claims.travel.rank_below`` of the prefix update's mean
+stable rank, recorded as ``*_projk.rank``), projecting the optimizer's step as well as the gradient
+(``opd_projk``, ``sft_projk``: rules v2). AdamW's per-weight normalisation takes a step out of the subspace
+even when its gradient lies in it; ``in_subspace`` records the share of each projected arm's window update
+(squared Frobenius norm) that lies in the subspace it was projected on, so the page shows how far the
+gradient-only projection leaked. ``*_start`` scores the prefix's final weights: the window must learn for "OPD
+unchanged under the bottleneck" to say anything. Every arm covers the same window from the same weights
+(each with a fresh optimizer).
 """
 
 import math
@@ -17,7 +22,8 @@ import pytest
 
 from opsft.claims.arms import PROJECTION_START, baseline, constrained, split_at
 from opsft.claims.measure import accuracies
-from opsft.claims.travel import mean_stable_rank
+from opsft.claims.travel import mean_stable_rank, rank_below, share_in_subspace
+from opsft.masks import subspace_bases
 from opsft.organism.build import build_organism
 
 RANK = 16  # "K = 16"
@@ -26,14 +32,24 @@ RANK = 16  # "K = 16"
 @pytest.mark.parametrize("method", ["opd", "sft"])
 @pytest.mark.claim("C19")
 def test_claim_rank16_sufficiency(claim, seed, method):
-    """Held-out accuracy over the matched window, with and without the rank-16 projection."""
+    """Held-out accuracy over the matched window, with and without the projection, at K = 16 and at the
+    measured K."""
     prefix, window = split_at(baseline(method, claim.scale, seed), PROJECTION_START)
     org = build_organism(window.organism)
     start = claim.run(prefix)
-    projected = constrained(window, prefix, "subspace", rank=RANK, direction_step=None)
-    for arm, cfg in ((method, window), (f"{method}_proj", projected)):
-        measured = claim.record(arm, seed, **accuracies(claim.run(cfg).load_model(), org.tokenizer, claim.scale))
-        assert all(0 <= v <= 100 for v in measured.values()), f"{arm}: accuracy outside [0, 100]: {measured}"
     rank = mean_stable_rank(start.snapshot(0), start.snapshot())
-    claim.record(f"{method}_proj", seed, start_stable_rank=rank)
     assert math.isnan(rank) or rank >= 1 - 1e-9, f"stable rank {rank} below 1"
+    k = rank_below(rank, RANK)
+    arms = {method: (window, None),
+            f"{method}_proj": (constrained(window, prefix, "subspace", rank=RANK, direction_step=None), RANK),
+            f"{method}_projk": (constrained(window, prefix, "subspace-update", rank=k, direction_step=None), k)}
+    claim.record(f"{method}_start", seed, **accuracies(start.load_model(), org.tokenizer, claim.scale))
+    for arm, (cfg, arm_rank) in arms.items():
+        result = claim.run(cfg)
+        measured = claim.record(arm, seed, **accuracies(result.load_model(), org.tokenizer, claim.scale))
+        assert all(0 <= v <= 100 for v in measured.values()), f"{arm}: accuracy outside [0, 100]: {measured}"
+        if arm_rank is not None:
+            bases = subspace_bases(start.snapshot(0), start.snapshot(), rank=arm_rank)
+            claim.record(arm, seed, rank=arm_rank,
+                         in_subspace=share_in_subspace(result.snapshot(0), result.snapshot(), bases))
+    claim.record(f"{method}_proj", seed, start_stable_rank=rank)

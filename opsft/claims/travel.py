@@ -67,6 +67,17 @@ def share_along(before: WeightSource, after: WeightSource, signs: Mapping[str, t
     return dot * dot / (delta_sq * signs_sq)
 
 
+def travel_per_weight(before: WeightSource, after: WeightSource, signs: Mapping[str, torch.Tensor]) -> float:
+    """<Delta, s> / ||s||^2: how far, on average, each weight a sign pattern marks moved along its sign (the
+    drift law's measured travel, ``opsft.claims.drift_law``); NaN for an all-zero pattern; errors as in
+    ``share_along``."""
+    dot = support = 0.0
+    for delta, s in _updates_with_signs(before, after, signs, "travel_per_weight"):
+        dot += float((delta * s).sum())
+        support += float((s * s).sum())
+    return dot / support if support else math.nan
+
+
 def agreement_on_support(before: WeightSource, after: WeightSource, signs: Mapping[str, torch.Tensor]) -> float:
     """|{i : s_i != 0, sign(Delta_i) = s_i}| / |{i : s_i != 0}|: on the weights a sign pattern ``signs`` marks,
     the share whose update Delta = after - before (exact, no bf16 rounding) has the pattern's sign. A weight that
@@ -87,6 +98,26 @@ def mean_stable_rank(before: WeightSource, after: WeightSource) -> float:
     ranks = [r for r in ranks if not math.isnan(r)]
     return statistics.fmean(ranks) if ranks else math.nan
 
+
+
+def share_in_subspace(before: WeightSource, after: WeightSource, bases: Mapping[str, torch.Tensor]) -> float:
+    """Share of the update's squared Frobenius norm that lies in the right subspaces ``bases`` (name -> V_K, with
+    orthonormal columns): sum ||dW V_K V_K^T||_F^2 / sum ||dW||_F^2 over the weights with a basis, dW = W_after -
+    W_before in float64. 1 for an update inside the subspaces (C19: is the projected run's update where it was
+    projected?), about K / in for a random one; NaN when none of those weights moved."""
+    inside = total = 0.0
+    for name, tb, ta in paired_tensors(before, after):
+        if name in bases:
+            dw, basis = ta.to(torch.float64) - tb.to(torch.float64), bases[name].to(torch.float64)
+            inside += float(torch.linalg.matrix_norm(dw @ basis) ** 2)  # ||dW V V^T||_F = ||dW V||_F
+            total += float(torch.linalg.matrix_norm(dw) ** 2)
+    return inside / total if total > 0 else math.nan
+
+
+def rank_below(stable_rank_value: float, default: int) -> int:
+    """GEO section 4.2's K, "slightly below the effective dimension observed near the projection point": the
+    largest whole number not above the measured stable rank (at least 1); ``default`` when it is NaN."""
+    return default if math.isnan(stable_rank_value) else max(1, math.floor(stable_rank_value))
 
 
 def pattern_stable_rank(signs: Mapping[str, torch.Tensor]) -> float:

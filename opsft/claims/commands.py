@@ -1,0 +1,93 @@
+"""``opsft claims list`` and ``opsft claims compare``: saved claims runs outside a pytest session, in the manner
+of ``pytest-benchmark list`` / ``compare``.
+
+``list`` shows every saved run under a storage folder (``.claims`` and its per-scale subfolders): scale, commit,
+dirty flag, date, claims and seeds. ``compare A B`` shows, per claim, the verdict change under each rule
+version and the change of every measured mean, with B's interval; it exits 1 when a mean moves past a
+tolerance (by default the ones CI checks the `ci` baseline with, ``CI_TOLERANCES``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import fnmatch
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+
+from opsft.claims.compare import CI_TOLERANCES, Threshold, compare, parse_threshold
+from opsft.claims.storage import load_run, read_run, saved_runs
+from opsft.claims.tables import number
+
+
+def run_files(storage: Path) -> list[Path]:
+    """The run files in ``storage`` and in its immediate subfolders (one per scale), oldest first per folder."""
+    folders = [storage, *sorted(p for p in storage.iterdir() if p.is_dir())] if storage.is_dir() else []
+    return [path for folder in folders for path in saved_runs(folder)]
+
+
+def list_table(paths: Iterable[Path]) -> str:
+    """One markdown line per run file: file, scale, commit (12 characters), tree, date, claims, seeds."""
+    lines = ["| run | scale | commit | tree | date | claims | seeds |", "|---|---|---|---|---|---|---|"]
+    for path in paths:
+        run = read_run(path)
+        prov = run.get("provenance") or {}
+        seeds = sorted({s for record in run["claims"].values() for s in record.get("seeds", ())})
+        tree = {True: "dirty", False: "clean"}.get(prov.get("dirty"), "?")
+        lines.append(f"| {path} | {run['scale']} | {(prov.get('commit') or '?')[:12]} | {tree} | "
+                     f"{prov.get('utc', '?')} | {len(run['claims'])} | {', '.join(map(str, seeds))} |")
+    return "\n".join(lines) + "\n"
+
+
+def resolve(ref: str, storage: Path) -> dict:
+    """A run by file path, or by number or name inside ``storage`` (``opsft.claims.storage.load_run``)."""
+    path = Path(ref)
+    return read_run(path) if path.suffix == ".json" or path.is_file() else load_run(storage, ref)
+
+
+def _verdicts(record: Mapping) -> dict[str, str]:
+    """Version -> verdict of a saved claim (runs saved before rule versions hold version 1's only)."""
+    versions = record.get("versions")
+    if versions:
+        return {v: r["verdict"] for v, r in versions.items()}
+    return {"1": record["verdict"]}
+
+
+def compare_table(a: Mapping, b: Mapping, claim_ids: Sequence[str], thresholds: Sequence[Threshold]) -> tuple[str, bool]:
+    """Markdown comparison of runs ``a`` -> ``b`` over ``claim_ids`` (present in both): per claim its verdicts
+    under each rule version, then each measured mean of both runs with the delta and B's interval; and whether
+    any mean broke a threshold (``opsft.claims.compare.compare``)."""
+    lines, failed = [], False
+    changes = compare({c: b["claims"][c] for c in claim_ids}, {c: a["claims"][c] for c in claim_ids}, thresholds)
+    for claim_id in claim_ids:
+        va, vb = _verdicts(a["claims"][claim_id]), _verdicts(b["claims"][claim_id])
+        versions = ", ".join(f"v{v}: {va.get(v, '—')} -> {vb.get(v, '—')}" for v in sorted(va.keys() | vb.keys()))
+        lines += ["", f"## {claim_id} ({versions})", "", "| quantity | A | B | B - A | B's interval | |",
+                  "|---|---|---|---|---|---|"]
+        measured = b["claims"][claim_id]["measured"]
+        for change in (c for c in changes if c.claim == claim_id):
+            est = measured[change.key]
+            interval = f"[{number(est['low'])}, {number(est['high'])}]" if est.get("low") is not None else "—"
+            mark = "FAIL" if change.failed else change.direction
+            lines.append(f"| {change.key} | {number(change.baseline)} | {number(change.current)} | "
+                         f"{number(change.current - change.baseline)} | {interval} | {mark} |")
+            failed |= change.failed
+    return "\n".join(lines).lstrip("\n") + "\n", failed
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    """``opsft claims list``."""
+    print(list_table(run_files(args.storage)), end="")
+    return 0
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    """``opsft claims compare A B``: the table on stdout; 1 when a mean moved past a tolerance."""
+    a, b = resolve(args.a, args.storage), resolve(args.b, args.storage)
+    common = sorted(a["claims"].keys() & b["claims"].keys())
+    chosen = [c for c in common if not args.k or any(fnmatch.fnmatch(c.lower(), f"*{k.lower()}*") for k in args.k)]
+    if not chosen:
+        raise ValueError(f"no claim of both runs matches -k {args.k}; in both: {', '.join(common) or 'none'}")
+    thresholds = [parse_threshold(t) for t in (args.fail or CI_TOLERANCES)]
+    table, failed = compare_table(a, b, chosen, thresholds)
+    print(table, end="")
+    return 1 if failed else 0

@@ -1,0 +1,49 @@
+"""``opsft claims list`` and ``opsft claims compare`` on saved run files written here (nothing trains)."""
+
+import argparse
+import json
+
+import pytest
+
+from opsft.claims.commands import cmd_compare, cmd_list, compare_table, list_table, run_files
+from opsft.claims.storage import save_run
+
+
+def payload(scale: str, opsft_mean: float, verdict: str = "REPRODUCED") -> dict:
+    """A saved run holding C02 with one measured mean that the test chooses."""
+    est = {"mean": opsft_mean, "low": opsft_mean - 1, "high": opsft_mean + 1, "n": 3}
+    return {"scale": scale, "provenance": {"commit": "0123456789abcdef0", "dirty": False, "utc": "2026-12-06"},
+            "claims": {"C02": {"verdict": verdict, "versions": {"1": {"verdict": "INCONCLUSIVE"},
+                                                                 "2": {"verdict": verdict}},
+                               "measured": {"opsft.in_domain": est}, "seeds": [0, 1, 2]}}}
+
+
+@pytest.fixture
+def storage(tmp_path):
+    save_run(tmp_path / "ci", "ci", payload("ci", 40.0))
+    save_run(tmp_path / "ci", "ci", payload("ci", 42.0, "NOT REPRODUCED"))
+    save_run(tmp_path / "ci", "ci", payload("ci", 50.0))
+    return tmp_path
+
+
+def test_list_shows_every_saved_run_with_commit_tree_date_and_seeds(storage, capsys):
+    assert [p.name for p in run_files(storage)] == ["0001_ci.json", "0002_ci.json", "0003_ci.json"]
+    assert f"| {storage / 'ci' / '0001_ci.json'} | ci | 0123456789ab | clean | 2026-12-06 | 1 | 0, 1, 2 |" in \
+        list_table(run_files(storage))
+    assert cmd_list(argparse.Namespace(storage=storage)) == 0
+    assert "0003_ci.json" in capsys.readouterr().out
+
+
+def test_compare_shows_verdict_changes_and_deltas_and_fails_past_the_ci_tolerance(storage, capsys):
+    runs = {n: json.loads((storage / "ci" / f"000{n}_ci.json").read_text()) for n in (1, 2, 3)}
+    table, failed = compare_table(runs[1], runs[2], ["C02"], [])
+    assert not failed
+    assert "## C02 (v1: INCONCLUSIVE -> INCONCLUSIVE, v2: REPRODUCED -> NOT REPRODUCED)" in table
+    assert "| opsft.in_domain | 40 | 42 | 2 | [41, 43] | better |" in table
+    within = argparse.Namespace(a="1", b="2", storage=storage / "ci", k=["c02"], fail=None)
+    assert cmd_compare(within) == 0  # 2 points: inside CI's 5
+    past = argparse.Namespace(a=str(storage / "ci" / "0001_ci.json"), b="3", storage=storage / "ci", k=None, fail=None)
+    assert cmd_compare(past) == 1  # 10 points past CI's 5
+    assert "| FAIL |" in capsys.readouterr().out
+    with pytest.raises(ValueError, match="no claim of both runs matches -k"):
+        cmd_compare(argparse.Namespace(a="1", b="2", storage=storage / "ci", k=["c99"], fail=None))

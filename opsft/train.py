@@ -41,19 +41,21 @@ def make_optimizer(model: torch.nn.Module, cfg: OptimConfig) -> torch.optim.Adam
                              fused=True)
 
 
-def make_scheduler(optimizer: torch.optim.Optimizer, cfg: OptimConfig, steps: int) -> torch.optim.lr_scheduler.LambdaLR:
-    """Linear warmup over ``warmup_frac`` of the steps, then constant or cosine decay to ``min_lr_ratio``."""
+def schedule_factor(cfg: OptimConfig, steps: int, step: int) -> float:
+    """The learning-rate multiplier at ``step`` (0-based) of a run of ``steps``: linear warmup over
+    ``warmup_frac`` of the steps, then 1 (constant) or cosine decay to ``min_lr_ratio``."""
     warmup = int(cfg.warmup_frac * steps)
+    if step < warmup:
+        return (step + 1) / warmup
+    if cfg.schedule == "constant":
+        return 1.0
+    progress = (step - warmup) / max(1, steps - warmup)
+    return cfg.min_lr_ratio + (1 - cfg.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * progress))
 
-    def factor(step: int) -> float:
-        if step < warmup:
-            return (step + 1) / warmup
-        if cfg.schedule == "constant":
-            return 1.0
-        progress = (step - warmup) / max(1, steps - warmup)
-        return cfg.min_lr_ratio + (1 - cfg.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * progress))
 
-    return torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
+def make_scheduler(optimizer: torch.optim.Optimizer, cfg: OptimConfig, steps: int) -> torch.optim.lr_scheduler.LambdaLR:
+    """The schedule of ``schedule_factor`` on ``optimizer``."""
+    return torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: schedule_factor(cfg, steps, step))
 
 
 def train(

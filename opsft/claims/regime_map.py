@@ -1,0 +1,236 @@
+"""The regime map (issue "Where each claim holds"): train and score every cell of ``ablations.regime_map``.
+
+A cell is one SFT learning rate (and schedule, and v rule) of the OPSFT family; its arms train SFT's full
+length from the base and are scored at every horizon's snapshot. Each (cell, seed) is measured once into
+``<out>/cells/<cell>_seed<seed>.json`` (written atomically, keyed by the arms' config digests): a killed map
+resumes where it stopped, and re-running a finished one trains and scores nothing. The rows use the claims'
+arm names, so ``opsft.claims.evaluate`` decides each claim's version-2 rules per (cell, horizon)
+(``opsft.claims.map_report``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ablations import regime_map as grid
+from ablations.claims import claims_row
+from opsft.claims.arms import baseline, constrained
+from opsft.claims.drift_law import lr_sum
+from opsft.claims.fit import matched_gap
+from opsft.claims.measure import accuracies
+from opsft.claims.scored import Accuracy, encode
+from opsft.claims.travel import distance, drifted, share_along, travel_per_weight
+from opsft.config import RunConfig
+from opsft.constraints import build_masks
+from opsft.directions import extract, paired_tensors
+from opsft.io import atomic_write_json
+
+CELLS_FOLDER = "cells"
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One cell of the map: SFT learning rate, schedule (``constant`` or the recipe's ``cosine``) and v rule."""
+
+    lr: float
+    schedule: str = "constant"
+    rule: str = grid.REFERENCE_RULE
+
+    @property
+    def label(self) -> str:
+        """A file- and table-safe name, e.g. ``lr1e-04``, ``lr1e-05_cosine``, ``lr1e-04_fp32v``."""
+        cosine = "_cosine" if self.schedule != "constant" else ""
+        rule = f"_{self.rule}v" if self.rule != grid.REFERENCE_RULE else ""
+        return f"lr{self.lr:.0e}{cosine}{rule}"
+
+
+def grid_cells() -> tuple[Cell, ...]:
+    """Every cell: each constant learning rate with the reference v rule, the main rate with each other v rule,
+    and the recipe's cosine schedule."""
+    constant = tuple(Cell(lr) for lr in grid.LEARNING_RATES)
+    rules = tuple(Cell(grid.MAIN_LR, rule=r) for r in grid.V_RULES if r != grid.REFERENCE_RULE)
+    return (*constant, *rules, Cell(grid.COSINE["lr"], schedule=grid.COSINE["schedule"]))
+
+
+def horizons(cell: Cell, steps: int) -> tuple[int, ...]:
+    """The constrained-step counts a cell is read at: ``HORIZON_FRACTIONS`` of ``steps`` (distinct, at least
+    1); the full length alone for a decaying schedule, whose snapshots are not shorter runs."""
+    if cell.schedule != "constant":
+        return (steps,)
+    return tuple(sorted({max(1, round(f * steps)) for f in grid.HORIZON_FRACTIONS}))
+
+
+def cell_runs(cell: Cell, scale: Mapping[str, Any], seed: int) -> tuple[RunConfig, dict[str, RunConfig]]:
+    """The GRPO run that supplies v (the scale's claims row, v at half its steps) and each trained arm's config:
+    SFT at the cell's learning rate and schedule, snapshotted at every horizon, and its constrained variants."""
+    row = {**claims_row(dict(scale)), "lr_sft": cell.lr}
+    grpo = baseline("grpo", scale, seed, row)
+    sft = baseline("sft", scale, seed, row)
+    optim = dataclasses.replace(sft.optim, lr=cell.lr, schedule=cell.schedule,
+                                warmup_frac=grid.COSINE["warmup_frac"] if cell.schedule != "constant" else 0.0,
+                                min_lr_ratio=grid.COSINE["min_lr_ratio"] if cell.schedule != "constant"
+                                else sft.optim.min_lr_ratio)
+    sft = dataclasses.replace(sft, optim=optim, snapshot_steps=horizons(cell, sft.steps)[:-1])
+    arms = {"sft": sft, **{arm: constrained(sft, grpo, mode, seed=seed, rule=cell.rule)
+                           for arm, mode in grid.MODES.items()}}
+    return grpo, arms
+
+
+def prefix_config(sft: RunConfig, horizon: int) -> RunConfig:
+    """``sft`` trained for ``horizon`` steps only: at a constant rate, the prefix of the full run."""
+    return dataclasses.replace(sft, steps=horizon, snapshot_steps=())
+
+
+def diverged_at(metrics: list[Mapping[str, Any]]) -> int | None:
+    """The first step (1-based) whose loss is not finite, or None."""
+    for step, m in enumerate(metrics, start=1):
+        if "loss" in m and not math.isfinite(float(m["loss"])):
+            return step
+    return None
+
+
+def max_abs_difference(a: Path, b: Path) -> float:
+    """The largest |a - b| over every tensor of two snapshots (0 for bit-identical weights)."""
+    return max((float((ta.double() - tb.double()).abs().max()) for _, tb, ta in paired_tensors(a, b)), default=0.0)
+
+
+def _row(arm: str, seed: int, horizon: int, values: Mapping[str, float]) -> dict:
+    """A claims row (``opsft.claims.evaluate``) with its horizon, per-problem scores kept for ``Accuracy``."""
+    row: dict[str, Any] = {"arm": arm, "seed": seed, "horizon": horizon,
+                           "values": {k: float(v) for k, v in values.items()}}
+    problems = {k: encode(v.per_problem) for k, v in values.items() if isinstance(v, Accuracy)}
+    if problems:
+        row["problems"] = problems
+    return row
+
+
+def measure_cell(cell: Cell, scale: Mapping[str, Any], seed: int, run: Callable[[RunConfig], Any]) -> dict:
+    """Train (through ``run``, the cached run graph) and score one cell at one seed: per horizon, every arm's
+    accuracies, the sign arm's travel (distance, share along v, travel per allowed weight, the schedule's lr
+    sum), the random-sign arm's share along its own signs, the base drifted by the sign arm's distance, and
+    OPSFT's matched gap against SFT's checkpoints up to that horizon. Arms whose loss went non-finite are
+    listed under ``diverged`` (arm -> step) and not scored from that step on."""
+    from opsft.organism.build import build_organism
+
+    grpo, arms = cell_runs(cell, scale, seed)
+    org = build_organism(arms["sft"].organism)
+    results = {arm: run(cfg) for arm, cfg in arms.items()}
+    source = run(grpo)
+    step = arms["opsft"].constraint.direction_step
+    v = extract(source.snapshot(0), source.snapshot(step), rule=cell.rule, step=step)
+    random_signs = build_masks("random-sign", v, None, seed)
+    diverged = {arm: s for arm, r in results.items() if (s := diverged_at(r.metrics)) is not None}
+    base = accuracies(org.base, org.tokenizer, scale)
+    grpo_acc = accuracies(source.load_model(), org.tokenizer, scale)
+    rows, fit = [], [(base["train_set"], base["in_domain"])]
+    for h in horizons(cell, arms["sft"].steps):
+        rows += [_row("base", seed, h, base), _row("grpo", seed, h, grpo_acc)]
+        scored = {arm: accuracies(r.load_model(h), org.tokenizer, scale) for arm, r in results.items()
+                  if diverged.get(arm, math.inf) > h}
+        for arm, acc in scored.items():
+            rows.append(_row(arm, seed, h, acc))
+        if "sft" in scored:
+            fit.append((scored["sft"]["train_set"], scored["sft"]["in_domain"]))
+        if "opsft" in scored:
+            rows.append(_row("opsft", seed, h, {"matched_gap": matched_gap(
+                (scored["opsft"]["train_set"], scored["opsft"]["in_domain"]), fit)}))
+            rows += _travel_rows(results, v.signs, random_signs, seed, h, arms["opsft"])
+            travelled = distance(results["opsft"].snapshot(0), results["opsft"].snapshot(h))
+            moved = drifted(results["sft"].load_model(0), v.signs, travelled)  # a fresh copy of the base
+            rows.append(_row("drift_sign", seed, h, {**accuracies(moved, org.tokenizer, scale),
+                                                     "distance": travelled}))
+    return {"cell": cell.label, "seed": seed, "digests": {a: c.digest() for a, c in arms.items()},
+            "rows": rows, "diverged": diverged}
+
+
+def _travel_rows(results: Mapping[str, Any], signs: Mapping[str, torch.Tensor], random_signs, seed: int,
+                 h: int, opsft: RunConfig) -> list[dict]:
+    """X05's quantities at horizon ``h``: the sign arm's distance, share along v, travel per allowed weight and
+    the schedule's lr sum; the random-sign arm's share along its own signs; the sign-update arm's distance."""
+    sign = results["opsft"]
+    before, after = sign.snapshot(0), sign.snapshot(h)
+    rows = [_row("sign", seed, h, {"distance": distance(before, after), "share_along_mask": share_along(
+        before, after, signs), "travel_per_weight": travel_per_weight(before, after, signs),
+        "lr_sum": lr_sum(opsft.optim, opsft.steps, h)})]
+    if "random_sign" in results:
+        r = results["random_sign"]
+        rows.append(_row("random_sign", seed, h, {"share_along_mask": share_along(
+            r.snapshot(0), r.snapshot(h), random_signs), "distance": distance(r.snapshot(0), r.snapshot(h))}))
+    if "sign_update" in results:
+        r = results["sign_update"]
+        rows.append(_row("sign_update", seed, h, {"distance": distance(r.snapshot(0), r.snapshot(h))}))
+    return rows
+
+
+def prefix_check(cell: Cell, scale: Mapping[str, Any], seed: int, run: Callable[[RunConfig], Any]) -> float | None:
+    """Whether a shorter constant-rate run is the full run's prefix: the max |difference| between SFT trained
+    for the second horizon alone and the full SFT run's snapshot there (0: bit-identical). None for a
+    decaying schedule or a single horizon."""
+    _, arms = cell_runs(cell, scale, seed)
+    points = horizons(cell, arms["sft"].steps)
+    if cell.schedule != "constant" or len(points) < 2:
+        return None
+    h = points[1] if len(points) > 2 else points[0]
+    short = run(prefix_config(arms["sft"], h))
+    return max_abs_difference(short.snapshot(), run(arms["sft"]).snapshot(h))
+
+
+def cell_path(out: Path, cell: Cell, seed: int) -> Path:
+    """Where one (cell, seed) measurement lives."""
+    return out / CELLS_FOLDER / f"{cell.label}_seed{seed}.json"
+
+
+def measured(out: Path, cell: Cell, scale: Mapping[str, Any], seed: int,
+             run: Callable[[RunConfig], Any]) -> dict:
+    """The (cell, seed) measurement: read back when its file holds the same arms' digests, else measured (with
+    the prefix check on seed 0) and written atomically."""
+    path = cell_path(out, cell, seed)
+    digests = {a: c.digest() for a, c in cell_runs(cell, scale, seed)[1].items()}
+    if path.is_file():
+        try:
+            saved = json.loads(path.read_text(encoding="utf-8"))
+        except json.JSONDecodeError as err:
+            raise ValueError(f"regime map cell file {path} is corrupt ({err}); delete it to measure again") from err
+        if saved.get("digests") == digests:
+            return saved
+    result = measure_cell(cell, scale, seed, run)
+    result["prefix_max_abs_diff"] = prefix_check(cell, scale, seed, run) if seed == 0 else None
+    atomic_write_json(path, result)
+    return result
+
+
+def run_map(scale_name: str, out: Path, labels: tuple[str, ...] = (), seeds: tuple[int, ...] = (),
+            run: Callable[[RunConfig], Any] | None = None) -> list[dict]:
+    """Measure every (cell, seed) of the map at ``scale_name`` (only the cells named in ``labels`` and the
+    ``seeds`` given, when given), printing progress with an ETA, then write ``out/README.md`` and the figures
+    (``opsft.claims.map_report.write_map``). Returns the records."""
+    import time
+
+    from ablations.claims import scale_profile
+    from opsft.claims.map_report import write_map
+    from opsft.runs import run as cached_run
+    from opsft.threads import pinned_threads
+
+    scale = scale_profile(scale_name)
+    cells = [c for c in grid_cells() if not labels or c.label in labels]
+    unknown = set(labels) - {c.label for c in grid_cells()}
+    if unknown:
+        raise ValueError(f"unknown map cell(s) {sorted(unknown)}; cells: {', '.join(c.label for c in grid_cells())}")
+    todo = [(c, s) for c in cells for s in (seeds or scale["seeds"])]
+    records, start = [], time.monotonic()
+    with pinned_threads():
+        for done, (cell, seed) in enumerate(todo, start=1):
+            records.append(measured(out, cell, scale, seed, run or cached_run))
+            spent = time.monotonic() - start
+            print(f"map {done}/{len(todo)}: {cell.label} seed {seed}; {spent:.0f} s so far, about "
+                  f"{spent / done * (len(todo) - done):.0f} s left", flush=True)
+    write_map(out, records, Cell(grid.MAIN_LR).label)
+    return records

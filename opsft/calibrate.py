@@ -13,7 +13,6 @@ the regime's conditions hold (``regime_checks``). Writes ``organism.md`` and ``o
 
 from __future__ import annotations
 
-import argparse
 import json
 import multiprocessing
 import statistics
@@ -372,16 +371,3 @@ def render_regime_checks(report: dict) -> list[str]:
     lines += ["", f"Settings meeting all three: {len(meeting)} of {len(checks)}."
               + ("" if meeting else " No calibrated setting is in the papers' regime on every count.")]
     return lines
-
-
-def register_cli(subparsers: argparse._SubParsersAction) -> None:
-    """``opsft calibrate --scale S -o DIR``."""
-    p = subparsers.add_parser("calibrate", help="regime calibration table of the organism")
-    p.add_argument("--scale", choices=sorted(SCALES), default="full")
-    p.add_argument("-o", "--out", type=Path, default=Path("results"))
-    p.add_argument("--organism", action="append", help="only these organisms (repeatable; default: the scale's)")
-    p.add_argument("--group", action="append", choices=sorted(GROUPS),
-                   help="only these groups of rows (repeatable; default: all)")
-    p.add_argument("--jobs", type=int, default=1, help="train and score runs in this many worker processes")
-    p.set_defaults(func=lambda a: calibrate(a.scale, a.out, tuple(a.organism) if a.organism else None,
-                                            tuple(a.group) if a.group else None, a.jobs) and 0)

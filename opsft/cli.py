@@ -19,7 +19,7 @@ Handler = Callable[[argparse.Namespace], int | None]
 
 # Modules whose subcommands `opsft` offers, in help order; REGISTRARS declares each one's arguments.
 COMMAND_MODULES: tuple[str, ...] = (
-    "opsft.directions", "opsft.diagnostics", "opsft.calibrate", "opsft.recipes",
+    "opsft.directions", "opsft.diagnostics", "opsft.calibrate", "opsft.recipes", "opsft.claims",
 )
 
 # Choices and defaults owned by modules too heavy to import here; tests/test_cli.py checks that they agree.
@@ -142,11 +142,44 @@ def add_recipe_command(sub: argparse._SubParsersAction) -> None:
             p.add_argument("--backend", choices=("hf", "vllm"), help="sampler (default: the recipe's)")
 
 
+def add_claims_commands(sub: argparse._SubParsersAction) -> None:
+    """``opsft claims list|compare`` (opsft.claims.commands) and ``opsft map`` (opsft.claims.regime_map)."""
+    from ablations.claims import SCALE_NAMES  # plain tables, no torch
+
+    parser = sub.add_parser("claims", help="saved claims runs: list them, compare two")
+    verbs = parser.add_subparsers(dest="verb", required=True)
+    listing = verbs.add_parser("list", help="every saved run: scale, commit, tree, date, claims, seeds")
+    compare = verbs.add_parser("compare", help="verdict changes and mean deltas of run B against run A")
+    compare.add_argument("a", help="run A: a run file, or a number or name in --storage")
+    compare.add_argument("b", help="run B, the same")
+    compare.add_argument("-k", action="append", help="only claims whose id contains this (repeatable)")
+    compare.add_argument("--fail", action="append", metavar="METRIC:TOL[%]",
+                         help="exit 1 when a mean moves past this (repeatable; default: CI's tolerances)")
+    for verb, p in (("list", listing), ("compare", compare)):
+        p.add_argument("--storage", type=Path, default=Path(".claims"), help="claims storage (default .claims)")
+        p.set_defaults(func=lazy("opsft.claims.commands", f"cmd_{verb}"))
+    m = sub.add_parser("map", help="the regime map: the OPSFT family over SFT learning rate x constrained steps")
+    m.add_argument("--scale", choices=SCALE_NAMES, default="regime")
+    m.add_argument("-o", "--output", type=Path, default=Path("results/regime/map"))
+    m.add_argument("--cell", action="append", default=[], help="only this cell, e.g. lr1e-04 (repeatable)")
+    m.add_argument("--seed", action="append", type=int, default=[], help="only this seed (repeatable)")
+    m.set_defaults(func=cmd_map)
+
+
+def cmd_map(args: argparse.Namespace) -> int:
+    """``opsft map``: ``opsft.claims.regime_map.run_map``."""
+    from opsft.claims.regime_map import run_map
+
+    run_map(args.scale, args.output, tuple(args.cell), tuple(args.seed))
+    return 0
+
+
 REGISTRARS: dict[str, Callable[[argparse._SubParsersAction], None]] = {
     "opsft.directions": add_direction_commands,
     "opsft.diagnostics": add_diagnose_command,
     "opsft.calibrate": add_calibrate_command,
     "opsft.recipes": add_recipe_command,
+    "opsft.claims": add_claims_commands,
 }
 
 

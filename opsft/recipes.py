@@ -541,24 +541,3 @@ def _reporting_errors(command: Callable[[argparse.Namespace], None]) -> Callable
         return 0
 
     return run
-
-
-def register_cli(subparsers: argparse._SubParsersAction) -> None:
-    """``opsft recipe show|validate|trajectories RECIPE`` (a path, or a name under recipes/)."""
-    parser = subparsers.add_parser("recipe", help="paper-scale recipes: show, validate, write teacher trajectories")
-    verbs = parser.add_subparsers(dest="verb", required=True)
-    for verb, help_text, func in (("show", "the runs of a recipe as a table", _cmd_show),
-                                  ("validate", "check local folders, files, architectures and world size", _cmd_validate),
-                                  ("trajectories", "sample and verify the recipe's teacher trajectories", _cmd_trajectories)):
-        p = verbs.add_parser(verb, help=help_text)
-        p.add_argument("recipe", help="recipe file, or a name under recipes/ (e.g. opsft-qwen3-8b)")
-        p.add_argument("--models", help="folder of local models (sets OPSFT_MODELS)")
-        p.add_argument("--data", help="folder of local datasets (sets OPSFT_DATA)")
-        p.set_defaults(func=_reporting_errors(func))
-        if verb == "show":
-            p.add_argument("--json", action="store_true", help="every RunConfig as JSON")
-        if verb == "validate":
-            p.add_argument("--world-size", type=int, default=1, help="number of training processes (default 1)")
-            p.add_argument("--run", action="append", help="only this run (repeatable)")
-        if verb == "trajectories":
-            p.add_argument("--backend", choices=("hf", "vllm"), help="sampler (default: the recipe's)")

@@ -146,7 +146,7 @@ def add_claims_commands(sub: argparse._SubParsersAction) -> None:
     """``opsft claims list|compare`` (opsft.claims.commands) and ``opsft map`` (opsft.claims.regime_map)."""
     from ablations.claims import SCALE_NAMES  # plain tables, no torch
 
-    parser = sub.add_parser("claims", help="saved claims runs: list them, compare two")
+    parser = sub.add_parser("claims", help="saved claims runs: list them, compare two, decide them again")
     verbs = parser.add_subparsers(dest="verb", required=True)
     listing = verbs.add_parser("list", help="every saved run: scale, commit, tree, date, claims, seeds")
     compare = verbs.add_parser("compare", help="verdict changes and mean deltas of run B against run A")
@@ -155,7 +155,9 @@ def add_claims_commands(sub: argparse._SubParsersAction) -> None:
     compare.add_argument("-k", action="append", help="only claims whose id contains this (repeatable)")
     compare.add_argument("--fail", action="append", metavar="METRIC:TOL[%]",
                          help="exit 1 when a mean moves past this (repeatable; default: CI's tolerances)")
-    for verb, p in (("list", listing), ("compare", compare)):
+    verdicts = verbs.add_parser("verdicts", help="saved runs' claims decided again under every rule version")
+    verdicts.add_argument("runs", nargs="+", help="run files, or numbers or names in --storage (newest last)")
+    for verb, p in (("list", listing), ("compare", compare), ("verdicts", verdicts)):
         p.add_argument("--storage", type=Path, default=Path(".claims"), help="claims storage (default .claims)")
         p.set_defaults(func=lazy("opsft.claims.commands", f"cmd_{verb}"))
     m = sub.add_parser("map", help="the regime map: the OPSFT family over SFT learning rate x constrained steps")

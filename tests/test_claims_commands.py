@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from opsft.claims.commands import cmd_compare, cmd_list, compare_table, list_table, run_files
+from opsft.claims.commands import cmd_compare, cmd_list, compare_table, list_table, run_files, verdicts_table
 from opsft.claims.storage import save_run
 
 
@@ -47,3 +47,14 @@ def test_compare_shows_verdict_changes_and_deltas_and_fails_past_the_ci_toleranc
     assert "| FAIL |" in capsys.readouterr().out
     with pytest.raises(ValueError, match="no claim of both runs matches -k"):
         cmd_compare(argparse.Namespace(a="1", b="2", storage=storage / "ci", k=["c99"], fail=None))
+
+
+def test_verdicts_decides_saved_rows_again_under_every_rule_version(tmp_path):
+    # C08 under version 1 passes "diminishing > 0" although the late snapshot is worse; version 2 needs
+    # v_late > v_mid as well
+    values = {"v_early": 10.0, "v_mid": 20.0, "v_late": 15.0}
+    rows = [{"arm": arm, "seed": s, "values": {"in_domain": v + s}} for s in range(3) for arm, v in values.items()]
+    rows += [{"arm": "snapshots", "seed": s, "values": {"diminishing": 15.0}} for s in range(3)]
+    run = {"scale": "full", "claims": {"C08": {"verdict": "REPRODUCED", "rows": rows}}}
+    assert verdicts_table([("0001_full", run)]).splitlines()[-1] == (
+        "| C08 snapshot_steps | 0001_full | REPRODUCED | REPRODUCED | NOT REPRODUCED |")

@@ -2,7 +2,9 @@
 of ``pytest-benchmark list`` / ``compare``.
 
 ``list`` shows every saved run under a storage folder (``.claims`` and its per-scale subfolders): scale, commit,
-dirty flag, date, claims and seeds. ``compare A B`` shows, per claim, the verdict change under each rule
+dirty flag, date, claims and seeds. ``verdicts RUN...`` decides the claims of saved runs again from their
+recorded rows under every registered rule version (the newest run that holds a claim counts), so a run saved
+under older rules can be read under the current ones. ``compare A B`` shows, per claim, the verdict change under each rule
 version and the change of every measured mean, with B's interval; it exits 1 when a mean moves past a
 tolerance (by default the ones CI checks the `ci` baseline with, ``CI_TOLERANCES``).
 """
@@ -15,6 +17,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
 from opsft.claims.compare import CI_TOLERANCES, Threshold, compare, parse_threshold
+from opsft.claims.evaluate import evaluate
+from opsft.claims.registry import CLAIMS, RULE_VERSIONS
 from opsft.claims.storage import load_run, read_run, saved_runs
 from opsft.claims.tables import number
 
@@ -91,3 +95,23 @@ def cmd_compare(args: argparse.Namespace) -> int:
     table, failed = compare_table(a, b, chosen, thresholds)
     print(table, end="")
     return 1 if failed else 0
+
+
+def verdicts_table(runs: Sequence[tuple[str, Mapping]]) -> str:
+    """Markdown: per claim of any of ``runs`` ((name, run) pairs, oldest first; the newest holding a claim
+    counts), the verdict saved with it and the verdicts recomputed from its rows under every rule version."""
+    latest = {cid: (name, record) for name, run in runs for cid, record in run["claims"].items() if cid in CLAIMS}
+    versions = " | ".join(f"rules v{v}" for v in RULE_VERSIONS)
+    lines = [f"| claim | run | saved verdict | {versions} |", "|---|---|---|" + "---|" * len(RULE_VERSIONS)]
+    for cid, (name, record) in sorted(latest.items()):
+        result = evaluate(CLAIMS[cid], record.get("rows", []))
+        now = " | ".join(result.versions[v][0].value for v in RULE_VERSIONS)
+        lines.append(f"| {cid} {CLAIMS[cid].slug} | {name} | {record['verdict']} | {now} |")
+    return "\n".join(lines) + "\n"
+
+
+def cmd_verdicts(args: argparse.Namespace) -> int:
+    """``opsft claims verdicts RUN...``."""
+    print(verdicts_table([(ref, resolve(ref, args.storage)) for ref in args.runs]), end="")
+    return 0
+

@@ -36,10 +36,15 @@ def tests(session: nox.Session) -> None:
                 "--claims-compare", "ci", *fail, *session.posargs)
 
 
+# The reference scale: the `small` student in the papers' regime. Its tables are results/; every other scale
+# (`full` on the micro organism, `ci`, `smoke`) writes beside them, so a quick run never overwrites the reference.
+REFERENCE = "regime"
+
+
 def scale_outputs(scale: str) -> tuple[str, str]:
-    """Results folder and claims storage of a scale: the committed reference is `full`; other scales write
-    beside it so that a quick run never overwrites the reference tables."""
-    return ("results", ".claims") if scale == "full" else (f"results/{scale}", f".claims/{scale}")
+    """Results folder and claims storage of a scale: ``results`` for the reference scale, ``results/<scale>``
+    for the others; claims runs are saved under ``.claims/<scale>``."""
+    return ("results" if scale == REFERENCE else f"results/{scale}", f".claims/{scale}")
 
 
 def run_claims(session: nox.Session, scale: str, *extra: str) -> None:
@@ -51,9 +56,9 @@ def run_claims(session: nox.Session, scale: str, *extra: str) -> None:
 
 @nox.session(default=False)
 def claims(session: nox.Session) -> None:
-    """Every claim test at the scale given after `--` (default `full`)."""
+    """Every claim test at the scale given after `--` (default: the reference scale, `regime`)."""
     install_project(session)
-    scale = session.posargs[0] if session.posargs else "full"
+    scale = session.posargs[0] if session.posargs else REFERENCE
     run_claims(session, scale, *session.posargs[1:])
 
 
@@ -70,14 +75,16 @@ CALIBRATION = {"regime": ("--scale", "full", "--organism", "small", "--group", "
 
 @nox.session(default=False)
 def ablations(session: nox.Session) -> None:
-    """The main job: organism regime calibration, then every claim, at a scale (after `--`, default `full`), in
-    one worker process per CPU."""
+    """The main job: organism regime calibration, every claim, then the regime map, at a scale (after `--`,
+    default the reference `regime`), in one worker process per CPU."""
     install_project(session)
-    scale = session.posargs[0] if session.posargs else "full"
+    scale = session.posargs[0] if session.posargs else REFERENCE
     jobs = worker_count()
+    results = scale_outputs(scale)[0]
     calibration = CALIBRATION.get(scale, ("--scale", scale))
-    session.run("opsft", "calibrate", *calibration, "-o", scale_outputs(scale)[0], "--jobs", jobs)
+    session.run("opsft", "calibrate", *calibration, "-o", results, "--jobs", jobs)
     run_claims(session, scale, "-n", jobs)
+    session.run("opsft", "map", "--scale", scale, "-o", f"{results}/map")
 
 
 @nox.session

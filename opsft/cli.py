@@ -162,7 +162,7 @@ def add_claims_commands(sub: argparse._SubParsersAction) -> None:
         p.set_defaults(func=lazy("opsft.claims.commands", f"cmd_{verb}"))
     m = sub.add_parser("map", help="the regime map: the OPSFT family over SFT learning rate x constrained steps")
     m.add_argument("--scale", choices=SCALE_NAMES, default="regime")
-    m.add_argument("-o", "--output", type=Path, default=Path("results/regime/map"))
+    m.add_argument("-o", "--output", type=Path, default=Path("results/map"))
     m.add_argument("--cell", action="append", default=[], help="only this cell, e.g. lr1e-04 (repeatable)")
     m.add_argument("--seed", action="append", type=int, default=[], help="only this seed (repeatable)")
     m.set_defaults(func=cmd_map)

@@ -20,12 +20,13 @@ import statistics
 import pytest
 
 from opsft.claims.coverage import audit
+from opsft.claims.plugin import claims_storage
 
 
 @pytest.mark.claim("X01")
 def test_claim_seeds_and_intervals(claim, seed, pytestconfig):
     """The fewest seeds of any saved accuracy claim is at least 3 (registered: > 2.5)."""
-    storage = pytestconfig.getoption("claims_storage")
+    storage = claims_storage(pytestconfig)
     coverage = audit(storage, claim.scale_name)
     if not coverage:
         pytest.skip(f"no accuracy claim saved at scale {claim.scale_name!r} in {storage}; save claim runs first")

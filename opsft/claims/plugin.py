@@ -22,6 +22,9 @@ from opsft.claims.session import PROPERTY, ClaimsSession, Options
 from opsft.claims.storage import REFERENCE_SCALES, load_run
 from opsft.threads import pinned_threads
 
+# The scale whose pages are results/ itself (noxfile.REFERENCE): every other scale writes under results/SCALE.
+REFERENCE_SCALE = "regime"
+
 SESSION = pytest.StashKey[ClaimsSession]()
 
 
@@ -35,9 +38,11 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--claims-compare-fail", metavar="METRIC:TOL[%]", action="append", default=[],
                     type=parse_threshold, help="fail when a metric's mean moves by more than TOL either way")
     group.addoption("--claims-strict", action="store_true", help="fail the session on a NOT REPRODUCED claim")
-    group.addoption("--claims-storage", metavar="DIR", default=".claims", type=Path, help="run files (default .claims)")
-    group.addoption("--claims-results", metavar="DIR", default="results", type=Path,
-                    help="where --claims-save writes the results pages (default results)")
+    group.addoption("--claims-storage", metavar="DIR", default=None, type=Path,
+                    help="run files (default .claims/SCALE)")
+    group.addoption("--claims-results", metavar="DIR", default=None, type=Path,
+                    help=f"where --claims-save writes the results pages (default results for {REFERENCE_SCALE!r}, "
+                    "else results/SCALE)")
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -45,7 +50,11 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "claim(id): reproduces the registered claim `id` (opsft.claims.registry)")
     if config.getoption("claims_compare_fail") and config.getoption("claims_compare") is None:
         raise pytest.UsageError("--claims-compare-fail needs --claims-compare [NAME]")
-    storage, compare = config.getoption("claims_storage"), config.getoption("claims_compare")
+    scale = config.getoption("scale")
+    storage = config.getoption("claims_storage") or Path(".claims") / scale
+    results = config.getoption("claims_results") or (Path("results") if scale == REFERENCE_SCALE
+                                                      else Path("results") / scale)
+    compare = config.getoption("claims_compare")
     try:  # fail before anything trains when the baseline is missing or corrupt
         baseline = None if compare is None else load_run(storage, compare or None)
     except (FileNotFoundError, ValueError) as err:
@@ -55,9 +64,14 @@ def pytest_configure(config: pytest.Config) -> None:
     session = ClaimsSession(Options(
         scale=config.getoption("scale"), save=config.getoption("claims_save"), compare=compare, baseline=baseline,
         compare_fail=tuple(config.getoption("claims_compare_fail")), strict=config.getoption("claims_strict"),
-        storage=storage, results=config.getoption("claims_results")))
+        storage=storage, results=results))
     config.stash[SESSION] = session
     config.pluginmanager.register(_ReportCollector(session), "opsft-claims-collector")
+
+
+def claims_storage(config: pytest.Config) -> Path:
+    """The folder this session saves claims runs in (``--claims-storage``, default ``.claims/SCALE``)."""
+    return config.stash[SESSION].options.storage
 
 
 def refuse_dirty_reference(scale: str, save: str | None) -> None:

@@ -171,3 +171,9 @@ def test_the_plugin_is_a_pytest11_entry_point_named_by_its_module():
     from importlib.metadata import entry_points
 
     assert [e.value for e in entry_points(group="pytest11") if e.name == "opsft.claims.plugin"] == ["opsft.claims.plugin"]
+
+
+def test_progress_line_gives_the_time_left_at_the_pace_so_far():
+    from opsft.claims.plugin import progress_line
+
+    assert progress_line(3, 27, 360.0) == "claims: 3/27 tests done, 120 s per test, about 48 min left"

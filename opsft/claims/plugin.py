@@ -9,6 +9,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -66,7 +67,7 @@ def pytest_configure(config: pytest.Config) -> None:
         compare_fail=tuple(config.getoption("claims_compare_fail")), strict=config.getoption("claims_strict"),
         storage=storage, results=results))
     config.stash[SESSION] = session
-    config.pluginmanager.register(_ReportCollector(session), "opsft-claims-collector")
+    config.pluginmanager.register(_ReportCollector(session, config), "opsft-claims-collector")
 
 
 def claims_storage(config: pytest.Config) -> Path:
@@ -135,18 +136,42 @@ def claim(request: pytest.FixtureRequest) -> Iterator[ClaimRecorder]:
 
 class _ReportCollector:
     """Hook object bound to the session: takes what each test recorded from its call report (under
-    pytest-xdist the controller sees every worker's reports, user_properties included)."""
+    pytest-xdist the controller sees every worker's reports, user_properties included), and prints the main
+    job's progress: claim tests done and left, wall time per test so far, and the time left at that pace."""
 
-    def __init__(self, session: ClaimsSession):
-        self.session = session
+    def __init__(self, session: ClaimsSession, config: pytest.Config):
+        self.session, self.config = session, config
+        self.total = self.done = 0
+        self.start = time.monotonic()
+
+    def pytest_collection_finish(self, session: pytest.Session) -> None:
+        """Count the claim tests selected to run (without xdist)."""
+        self.total = sum(claim_id(item) is not None for item in session.items)
+
+    def pytest_xdist_node_collection_finished(self, node, ids: list[str]) -> None:
+        """Count the tests to run (under xdist every worker collects the same ids)."""
+        self.total = len(ids)
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         """Collect the rows and runs of a finished test call; a failed setup, call or teardown makes its claim
-        ERROR."""
+        ERROR; after a claim test's teardown, print the progress line."""
         if report.when == "call":
             self.session.add_properties(report.user_properties)
         if report.failed:
             self.session.mark_errors(report.user_properties)
+        if report.when == "teardown" and any(name == PROPERTY for name, _ in report.user_properties):
+            self.done += 1
+            reporter = self.config.pluginmanager.get_plugin("terminalreporter")
+            if reporter is not None and self.total:
+                reporter.ensure_newline()
+                reporter.write_line(progress_line(self.done, self.total, time.monotonic() - self.start))
+
+
+def progress_line(done: int, total: int, elapsed: float) -> str:
+    """``claims: D/T tests done, S s per test, about M min left`` at the mean wall time per test so far."""
+    per = elapsed / done
+    return (f"claims: {done}/{total} tests done, {per:.0f} s per test, about {per * (total - done) / 60:.0f} min "
+            "left")
 
 
 @pytest.hookimpl(tryfirst=True)

@@ -15,24 +15,31 @@ Checkpoint folders are streamed one tensor at a time (see ``opsft.checkpoints.it
 from __future__ import annotations
 
 import argparse
+import functools
 import hashlib
 import json
+import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import ModuleType
 from typing import Literal
 
 import torch
-from safetensors import safe_open
 from safetensors.torch import save_file
 
-from opsft.checkpoints import WeightSource, iter_tensors, tensor_names
+from opsft.checkpoints import WeightSource, iter_tensors, open_safetensors, tensor_names
+from opsft.fused_adamw import FLAGS, _cpu_identity
 from opsft.io import atomic_write
+from opsft.paths import cache_root
 
 Rule = Literal["fp32", "bf16", "rel"]
 RULES: tuple[str, ...] = ("fp32", "bf16", "rel")
 Packing = Literal["int8", "2bit"]
 FORMAT_VERSION = "1"
+BF16_KERNEL_SOURCE = Path(__file__).parent / "csrc" / "bf16_signs.cpp"
+BF16_KERNEL_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+BF16_KERNEL_MIN_NUMEL = 1 << 20  # smaller tensors (organisms, tests) take the torch ops: no build for them
 
 
 @dataclass
@@ -84,7 +91,7 @@ class Direction:
         path = Path(path)
         if not path.is_file():
             raise FileNotFoundError(f"direction file {path} does not exist")
-        with safe_open(str(path), framework="pt") as fh:
+        with open_safetensors(path) as fh:
             meta = dict(fh.metadata() or {})
             raw = {name: fh.get_tensor(name) for name in fh.keys()}
         packing = meta.get("packing", "int8")
@@ -136,11 +143,46 @@ def unpack_2bit(packed: torch.Tensor, shape: tuple[int, ...], name: str = "tenso
     return (codes.to(torch.int8) - 1).reshape(shape)
 
 
+@functools.cache
+def bf16_kernel() -> ModuleType | None:
+    """The compiled one-pass bf16 rule (``csrc/bf16_signs.cpp``), built on first use once per CPU identity and
+    source digest under the cache folder, like ``opsft.fused_adamw.kernel``; None, with a warning, where it
+    cannot be built (no C++ compiler or ninja): the rule then runs as torch ops, with the same signs."""
+    from torch.utils.cpp_extension import load
+
+    digest = hashlib.sha256((_cpu_identity() + BF16_KERNEL_SOURCE.read_text() + " ".join(FLAGS)).encode())
+    name = f"bf16_signs-{digest.hexdigest()[:12]}"
+    folder = cache_root() / "extensions" / name
+    folder.mkdir(parents=True, exist_ok=True)
+    try:
+        return load(name=f"opsft_{name.replace('-', '_')}", sources=[str(BF16_KERNEL_SOURCE)],
+                    extra_cflags=list(FLAGS), build_directory=str(folder))
+    except Exception as err:  # whatever the toolchain raised: the torch ops below give the same result
+        warnings.warn(f"the bf16 rule's kernel could not be built ({err}); it runs as torch ops (slower)",
+                      stacklevel=2)
+        return None
+
+
+def kernel_signs(before: torch.Tensor, after: torch.Tensor) -> tuple[torch.Tensor, bool, bool] | None:
+    """(v, whether BEFORE holds a NaN, whether AFTER does) of the bf16 rule, from ``bf16_kernel``'s single pass;
+    None where the kernel does not take the pair (it takes CPU tensors of one dtype in BF16_KERNEL_DTYPES, of
+    at least BF16_KERNEL_MIN_NUMEL elements) or cannot be built."""
+    takes = (before.device.type == after.device.type == "cpu" and before.dtype == after.dtype
+             and before.dtype in BF16_KERNEL_DTYPES and before.numel() >= BF16_KERNEL_MIN_NUMEL)
+    if not takes or (kernel := bf16_kernel()) is None:
+        return None
+    return kernel.bf16_signs(before.contiguous(), after.contiguous())
+
+
 def sign_of_change(before: torch.Tensor, after: torch.Tensor, rule: Rule = "bf16", eta: float = 1e-3) -> torch.Tensor:
     """v = sign(after - before) under ``rule`` (see the module docstring), as int8.
 
     Exact: with gradual underflow, the floating difference of two numbers of one format is zero only when
-    they are equal, and its rounding keeps the sign; so sign(fl(a - b)) = sign(a - b)."""
+    they are equal, and its rounding keeps the sign; so sign(fl(a - b)) = sign(a - b). The bf16 rule of two large
+    CPU tensors runs in ``bf16_kernel``'s single pass where it can (``kernel_signs``), with the same signs (NaN,
+    and inf - inf, give 0, as torch.sign(NaN) does)."""
+    if rule == "bf16" and (fused := kernel_signs(before, after)) is not None:
+        return fused[0]
     if rule == "bf16":
         a, b = after.to(torch.bfloat16), before.to(torch.bfloat16)
     elif rule in ("fp32", "rel"):
@@ -155,13 +197,23 @@ def sign_of_change(before: torch.Tensor, after: torch.Tensor, rule: Rule = "bf16
     return v
 
 
+def holds_nan(t: torch.Tensor) -> bool:
+    """Whether ``t`` holds a NaN: one reduction pass, the elementwise check only on alarm."""
+    return bool(t.sum().isnan() and t.isnan().any())
+
+
+def nan_error(name: str, side: str) -> ValueError:
+    """The error for tensor ``name`` of the ``side`` (BEFORE or AFTER) checkpoint holding NaN."""
+    return ValueError(f"tensor {name!r} of the {side} checkpoint contains NaN")
+
+
 def paired_tensors(
-    before: WeightSource, after: WeightSource
+    before: WeightSource, after: WeightSource, check_nan: bool = True
 ) -> Iterator[tuple[str, torch.Tensor, torch.Tensor]]:
     """Yield ``(name, before_tensor, after_tensor)`` for every floating tensor in name order, one pair at a time.
 
     Raises a ValueError naming the first tensors present on one side only, or with different shapes, and
-    naming any tensor holding NaN.
+    (unless ``check_nan`` is False, for a caller that checks in its own pass) naming any tensor holding NaN.
     """
     names_b, names_a = sorted(tensor_names(before)), tensor_names(after)  # sorted: folders and modules align
     only_b, only_a = sorted(set(names_b) - set(names_a)), sorted(set(names_a) - set(names_b))
@@ -174,10 +226,23 @@ def paired_tensors(
             raise ValueError(f"tensor {name!r} has shape {list(tb.shape)} in BEFORE but {list(ta.shape)} in AFTER")
         if not (tb.is_floating_point() and ta.is_floating_point()):
             continue
-        for side, t in (("BEFORE", tb), ("AFTER", ta)):
-            if t.sum().isnan() and t.isnan().any():  # one reduction pass; the elementwise check only on alarm
-                raise ValueError(f"tensor {name!r} of the {side} checkpoint contains NaN")
+        if check_nan:
+            for side, t in (("BEFORE", tb), ("AFTER", ta)):
+                if holds_nan(t):
+                    raise nan_error(name, side)
         yield name, tb, ta
+
+
+def checked_sign_of_change(name: str, before: torch.Tensor, after: torch.Tensor, rule: Rule,
+                           eta: float) -> torch.Tensor:
+    """``sign_of_change`` of the pair ``name``, raising ``paired_tensors``' error if either side holds NaN: the
+    bf16 kernel finds NaN in the pass that computes v, the other paths check each side first."""
+    fused = kernel_signs(before, after) if rule == "bf16" else None
+    nans = fused[1:] if fused is not None else (holds_nan(before), holds_nan(after))
+    for side, nan in zip(("BEFORE", "AFTER"), nans, strict=True):
+        if nan:
+            raise nan_error(name, side)
+    return fused[0] if fused is not None else sign_of_change(before, after, rule, eta)
 
 
 def source_digest(source: WeightSource) -> str:
@@ -210,7 +275,8 @@ def extract(
     memory is about one tensor of each side plus the int8 output. Tied parameters appear once."""
     if rule not in RULES:
         raise ValueError(f"rule must be one of {RULES}, got {rule!r}")
-    signs = {name: sign_of_change(tb, ta, rule, eta) for name, tb, ta in paired_tensors(before, after)}
+    signs = {name: checked_sign_of_change(name, tb, ta, rule, eta)
+             for name, tb, ta in paired_tensors(before, after, check_nan=False)}
     meta = {
         "rule": rule,
         "step": "" if step is None else str(step),
@@ -222,7 +288,8 @@ def extract(
     return Direction(signs, meta)
 
 
-def _cmd_direction(args: argparse.Namespace) -> int:
+def cmd_direction(args: argparse.Namespace) -> int:
+    """``opsft direction``: v of two checkpoints, saved as safetensors, with a one-line summary."""
     direction = extract(args.before, args.after, rule=args.rule, eta=args.eta, step=args.step)
     direction.save(args.output, packing=args.packing)
     print(
@@ -230,30 +297,3 @@ def _cmd_direction(args: argparse.Namespace) -> int:
         f"{100 * direction.fraction_nonzero:.3f}% nonzero (rule {args.rule})"
     )
     return 0
-
-
-def _cmd_compare(args: argparse.Namespace) -> int:
-    from opsft.compare import compare, to_markdown
-
-    print(to_markdown(compare(args.a, args.b, base_a=args.base, base_b=args.base_b or args.base)))
-    return 0
-
-
-def register_cli(subparsers: argparse._SubParsersAction) -> None:
-    """Add ``opsft direction BEFORE AFTER -o v.safetensors`` and ``opsft compare A B``."""
-    p = subparsers.add_parser("direction", help="v = sign(AFTER - BEFORE) of two checkpoints, saved as safetensors")
-    p.add_argument("before", help="base checkpoint: a folder of (sharded) safetensors or one .safetensors file")
-    p.add_argument("after", help="trained checkpoint, same layout")
-    p.add_argument("-o", "--output", required=True, help="output direction file (.safetensors)")
-    p.add_argument("--rule", choices=RULES, default="bf16")
-    p.add_argument("--eta", type=float, default=1e-3, help="relative tolerance of --rule rel")
-    p.add_argument("--step", type=int, default=None, help="training step of AFTER, recorded in the metadata")
-    p.add_argument("--packing", choices=("int8", "2bit"), default="int8")
-    p.set_defaults(func=_cmd_direction)
-
-    c = subparsers.add_parser("compare", help="compare two directions (markdown table, overall and per module)")
-    c.add_argument("a", help="direction file, or (with --base) a trained checkpoint")
-    c.add_argument("b", help="direction file, or (with --base) a trained checkpoint")
-    c.add_argument("--base", default=None, help="base checkpoint of A (and of B unless --base-b): adds raw-delta cosine")
-    c.add_argument("--base-b", default=None, help="base checkpoint of B when it differs from A's")
-    c.set_defaults(func=_cmd_compare)

@@ -7,9 +7,9 @@
    Plain and constrained runs alternate; medians are reported. Beside it, aten::sqrt on positive values
    and on exact zeros: masked weights keep exact-zero second moments, and the for-loop and foreach AdamW
    take their square root every step.
-2. Direction extraction on a pair of sharded safetensors checkpoints (~1 GB together) against a plain
-   safetensors read of both.
-3. Bytes per parameter of the stored direction, int8 and 2-bit packed.
+
+Direction extraction and the stored direction's size are measured by scripts/bench_directions.py (section
+"directions").
 
     python scripts/bench_constraints.py [--quick] [--out results/perf.md]
 """
@@ -17,22 +17,17 @@
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import statistics
 import subprocess
-import tempfile
 import time
 from collections.abc import Callable
-from pathlib import Path
 
 import torch
-from safetensors.torch import save_file
 
-from opsft.checkpoints import iter_tensors
 from opsft.constraints import constrain
-from opsft.directions import Direction, extract
+from opsft.directions import Direction
 from opsft.io import update_markdown_section
 from opsft.organism.models import build_model
 
@@ -120,50 +115,6 @@ def sqrt_seconds(numel: int, repeats: int) -> dict[str, float]:
             for name, x in inputs.items()}
 
 
-def write_checkpoint(state: dict[str, torch.Tensor], folder: Path, shards: int) -> None:
-    """A Hugging Face style sharded folder with model.safetensors.index.json."""
-    folder.mkdir(parents=True)
-    names = list(state)
-    weight_map = {}
-    for k in range(shards):
-        fname = f"model-{k + 1:05d}-of-{shards:05d}.safetensors"
-        part = {n: state[n] for n in names[k::shards]}
-        save_file(part, str(folder / fname))
-        weight_map.update(dict.fromkeys(part, fname))
-    (folder / "model.safetensors.index.json").write_text(json.dumps({"weight_map": weight_map}))
-
-
-def extraction(total_bytes: int, tmp: Path) -> dict[str, float]:
-    """Seconds to read both checkpoints plainly and to extract v (bf16 rule), and stored bytes per param."""
-    n_tensors, numel = 32, total_bytes // 2 // 4 // 32  # fp32, two checkpoints
-    g = torch.Generator().manual_seed(0)
-    before = {f"model.layers.{i}.mlp.up_proj.weight": torch.randn(numel, generator=g) for i in range(n_tensors)}
-    write_checkpoint(before, tmp / "before", shards=4)
-    after = {n: t + 1e-2 * torch.randn(numel, generator=g) * (torch.rand(numel, generator=g) < 0.3)
-             for n, t in before.items()}
-    write_checkpoint(after, tmp / "after", shards=4)
-    del before, after
-
-    def plain_read() -> None:
-        for side in ("before", "after"):
-            for _, t in iter_tensors(tmp / side):
-                t.sum()  # touch every byte, as extraction does
-
-    plain_read()  # both sides in the page cache for both measurements
-    read_s = min(timed(plain_read) for _ in range(2))
-    out: dict[str, float] = {"bytes": total_bytes, "read_s": read_s}
-    holder: list[Direction] = []
-    for rule in ("bf16", "fp32"):
-        out[f"extract_{rule}_s"] = min(timed(lambda r=rule: holder.append(extract(tmp / "before", tmp / "after", r)))
-                                       for _ in range(2))
-    direction = holder[-1]
-    for packing in ("int8", "2bit"):
-        path = direction.save(tmp / f"v_{packing}.safetensors", packing=packing)
-        out[f"bytes_per_param_{packing}"] = path.stat().st_size / direction.num_params
-    out["params"] = direction.num_params
-    return out
-
-
 def provenance() -> str:
     def git(*args: str) -> str:
         return subprocess.run(["git", *args], capture_output=True, text=True).stdout.strip()
@@ -174,8 +125,7 @@ def provenance() -> str:
             f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores, {time.strftime('%Y-%m-%d %H:%M')}")
 
 
-def render(steps: dict[tuple[str, str], dict[str, float]], sqrt: dict[str, float], ext: dict[str, float],
-           header: str) -> str:
+def render(steps: dict[tuple[str, str], dict[str, float]], sqrt: dict[str, float], header: str) -> str:
     numel = int(sqrt["numel"])
     lines = [
         "Sign-constrained AdamW (wd 0.1) against plain AdamW with the same implementation; medians over "
@@ -199,24 +149,11 @@ def render(steps: dict[tuple[str, str], dict[str, float]], sqrt: dict[str, float
             f"{1e3 * (r['opt_sign'] - r['hooks']):.2f} | {1e3 * r['train_plain']:.1f} | {1e3 * r['train_sign']:.1f} | "
             f"{r['train_sign'] / r['train_plain']:.3f} |"
         )
-    gb = ext["bytes"] / 1e9
     lines += [
         "",
         f"aten::sqrt over {numel} fp32 values (masked weights keep exact-zero second moments): "
         f"all positive {1e3 * sqrt['sqrt_positive']:.2f} ms, all exact zeros {1e3 * sqrt['sqrt_zeros']:.2f} ms "
         f"({sqrt['sqrt_zeros'] / sqrt['sqrt_positive']:.1f}x).",
-        "",
-        f"Direction extraction, two sharded fp32 checkpoints of {gb / 2:.2f} GB each ({ext['params'] / 1e6:.0f}M "
-        "params), page cache warm:",
-        "",
-        "| operation | seconds | GB/s of checkpoint read |",
-        "|---|---|---|",
-        f"| plain safetensors read of both | {ext['read_s']:.2f} | {gb / ext['read_s']:.2f} |",
-        f"| extract, rule bf16 | {ext['extract_bf16_s']:.2f} | {gb / ext['extract_bf16_s']:.2f} |",
-        f"| extract, rule fp32 | {ext['extract_fp32_s']:.2f} | {gb / ext['extract_fp32_s']:.2f} |",
-        "",
-        f"Stored direction: {ext['bytes_per_param_int8']:.4f} bytes/param (int8), "
-        f"{ext['bytes_per_param_2bit']:.4f} bytes/param (2-bit packed), header included.",
     ]
     return "\n".join(lines)
 
@@ -226,7 +163,7 @@ def main() -> None:
     parser.add_argument("--out", default="results/perf.md")
     parser.add_argument("--quick", action="store_true", help="small sizes, for a smoke run (nothing written)")
     args = parser.parse_args()
-    width, depth, repeats, total = (256, 4, 3, 2**24) if args.quick else (2048, 24, 7, 2**30)
+    width, depth, repeats = (256, 4, 3) if args.quick else (2048, 24, 7)
     tokens = build_model("micro").config.vocab_size
     models = {
         "micro organism (batch 32 x 64 tokens)": (
@@ -237,9 +174,7 @@ def main() -> None:
     steps = {(name, implementation): step_ratio(build, batch, n, implementation)
              for name, (build, batch, n) in models.items() for implementation in ADAMW_IMPLEMENTATIONS}
     sqrt = {"numel": 2**22, **sqrt_seconds(2**22, repeats * 3)}
-    with tempfile.TemporaryDirectory() as tmp:
-        ext = extraction(total, Path(tmp))
-    body = render(steps, sqrt, ext, provenance())
+    body = render(steps, sqrt, provenance())
     print(body)
     if not args.quick:
         update_markdown_section(args.out, "constraints", body)

@@ -9,15 +9,19 @@ import math
 import numpy as np
 import pytest
 import torch
+import torch.utils.cpp_extension
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from safetensors.torch import save_file
 
 from opsft import directions
+from opsft.cli import build_parser
 from opsft.compare import compare, compare_checkpoints, compare_directions, to_markdown
 from opsft.directions import Direction, extract, pack_2bit, sign_of_change, unpack_2bit
 from opsft.masks import fisher_diagonal, subspace_bases, top_fraction
 from opsft.organism.models import build_model
+
+pytestmark = pytest.mark.usefixtures("cache_env")  # the bf16 rule's kernel builds into the session's cache
 
 
 def write_sharded(state: dict[str, torch.Tensor], folder, shards: int = 2):
@@ -65,6 +69,97 @@ def test_rules_agree_with_a_float64_reference(n, seed, rule):
     cast = (lambda t: t.to(torch.bfloat16).double()) if rule == "bf16" else (lambda t: t.double())
     expected = np.sign(cast(a).numpy() - cast(b).numpy()).astype(np.int8)
     assert np.array_equal(sign_of_change(b, a, rule).numpy(), expected)
+
+
+def bf16_reference(x: np.ndarray) -> np.ndarray:
+    """float64 values rounded to bf16, in float64: 8 significant bits (exponent floored at bf16's -126, below
+    which the spacing is 2^-133), to nearest with ties to even, inf beyond the largest bf16; inf and NaN kept."""
+    _, e = np.frexp(x)  # x = m 2^e with 1/2 <= |m| < 1
+    ulp = np.exp2(np.maximum(e - 1, -126) - 7)
+    with np.errstate(invalid="ignore", over="ignore"):
+        rounded = np.rint(x / ulp) * ulp
+        rounded = np.where(np.abs(rounded) >= 2.0**128, np.copysign(np.inf, x), rounded)
+    return np.where(np.isfinite(x), rounded, x)
+
+
+def bf16_rule_reference(before: torch.Tensor, after: torch.Tensor) -> np.ndarray:
+    """sign(bf16(after) - bf16(before)) in float64 as int8, 0 where the difference is NaN (a NaN, or inf - inf)."""
+    with np.errstate(invalid="ignore"):
+        d = bf16_reference(after.double().numpy()) - bf16_reference(before.double().numpy())
+    return np.nan_to_num(np.sign(d), nan=0.0).astype(np.int8)
+
+
+BIG, BF16_MAX, TIE = torch.finfo(torch.float32).max, torch.finfo(torch.bfloat16).max, 2.0**-8
+BF16_EDGES = [  # (before, after, v under the bf16 rule); TIE is half of bf16's spacing at 1
+    (1.0, 1.0, 0), (1.0, 1.0 + 2**-10, 0), (1.0, 1.0 + TIE, 0), (1.0, 1.0 + 3 * TIE, 1),  # ties go to even
+    (1.0 + 2**-7, 1.0 + TIE, -1), (-1.0, -1.0 - TIE, 0), (-1.0, -1.0 - 3 * TIE, -1), (0.0, -0.0, 0),
+    (-0.0, 0.0, 0), (0.0, 2.0**-149, 0), (-(2.0**-149), 2.0**-149, 0), (0.0, 2.0**-133, 1), (-(2.0**-133), 0.0, 1),
+    (2.0**-126, 2.0**-126 * (1 + 2**-9), 0), (math.nan, 1.0, 0), (1.0, math.nan, 0), (math.nan, math.nan, 0),
+    (-math.nan, 0.0, 0), (math.inf, math.inf, 0), (-math.inf, math.inf, 1), (math.inf, -math.inf, -1),
+    (math.inf, 1.0, -1), (-math.inf, -BIG, 0), (BIG, math.inf, 0), (BF16_MAX, BIG, 1), (BIG, -BIG, -1),
+    (BF16_MAX, (2 - TIE) * 2.0**127, 1), (65504.0, 65520.0, 0), (1e-8, 2e-8, 1),  # fp16: 65520 -> inf
+]
+
+
+def bf16_rule_cases(dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    """(before, after) of ``dtype``: BF16_EDGES, random bit patterns (NaN payloads, infinities, subnormals),
+    pairs a few bf16 steps apart or inside one step, small random updates, and for bf16 and fp16 random bit
+    patterns of that format."""
+    g = torch.Generator().manual_seed(0)
+    before, after = (torch.tensor(side, dtype=torch.float32) for side in list(zip(*BF16_EDGES, strict=True))[:2])
+    bits = torch.randint(-(2**31), 2**31, (2, 4096), generator=g, dtype=torch.int64).to(torch.int32)
+    near = bits[0] ^ torch.randint(0, 2**17, (4096,), generator=g, dtype=torch.int32)
+    small = torch.randn(4096, generator=g)
+    step = small * 10.0 ** torch.randint(-9, 0, (4096,), generator=g) * (torch.rand(4096, generator=g) < 0.5)
+    before = torch.cat([before, bits[0].view(torch.float32), bits[0].view(torch.float32), small]).to(dtype)
+    after = torch.cat([after, bits[1].view(torch.float32), near.view(torch.float32), small + step]).to(dtype)
+    if dtype == torch.float32:
+        return before, after
+    halves = torch.randint(-(2**15), 2**15, (2, 4096), generator=g, dtype=torch.int16).view(dtype)
+    return torch.cat([before, halves[0]]), torch.cat([after, halves[1]])
+
+
+def test_the_float64_reference_gives_the_edge_cases_by_hand():
+    before, after = bf16_rule_cases(torch.float32)
+    assert bf16_rule_reference(before, after)[: len(BF16_EDGES)].tolist() == [v for _, _, v in BF16_EDGES]
+
+
+@pytest.fixture(params=["kernel", "torch"])
+def rule_path(request, monkeypatch):
+    """The bf16 rule's path: "kernel" (compiled once per session) or "torch" (the torch ops that run where
+    the kernel cannot be built)."""
+    if request.param == "kernel":
+        monkeypatch.setattr(directions, "BF16_KERNEL_MIN_NUMEL", 0)
+        assert directions.bf16_kernel() is not None
+    else:
+        monkeypatch.setattr(directions, "bf16_kernel", lambda: None)
+    return request.param
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+def test_bf16_rule_equals_a_float64_reference_on_edge_cases(rule_path, dtype):
+    before, after = bf16_rule_cases(dtype)
+    v = sign_of_change(before, after, "bf16")
+    assert v.dtype == torch.int8 and np.array_equal(v.numpy(), bf16_rule_reference(before, after))
+    square_b, square_a = before[: 64 * 64].view(64, 64).t(), after[: 64 * 64].view(64, 64).t()  # not contiguous
+    v = sign_of_change(square_b, square_a, "bf16")
+    assert v.shape == (64, 64) and np.array_equal(v.numpy(), bf16_rule_reference(square_b, square_a))
+
+
+def test_bf16_rule_runs_as_torch_ops_where_the_kernel_cannot_be_built(monkeypatch):
+    def no_compiler(**kwargs):
+        raise RuntimeError("no C++ compiler found")
+
+    monkeypatch.setattr(torch.utils.cpp_extension, "load", no_compiler)
+    monkeypatch.setattr(directions, "BF16_KERNEL_MIN_NUMEL", 0)
+    before, after = bf16_rule_cases(torch.float32)
+    directions.bf16_kernel.cache_clear()
+    try:
+        with pytest.warns(UserWarning, match="kernel could not be built .no C.. compiler found"):
+            v = sign_of_change(before, after, "bf16")
+    finally:
+        directions.bf16_kernel.cache_clear()  # later tests build (or load) the kernel again
+    assert np.array_equal(v.numpy(), bf16_rule_reference(before, after))
 
 
 def test_extract_streams_sharded_folders_like_in_memory_sources(tmp_path):
@@ -130,10 +225,12 @@ def test_failed_save_leaves_nothing_behind(tmp_path, monkeypatch):
     assert list(tmp_path.iterdir()) == []
 
 
-def test_bad_checkpoints_are_named():
+def test_bad_checkpoints_are_named(rule_path):
     before = {"a": torch.zeros(2, 3), "b": torch.zeros(4)}
     with pytest.raises(ValueError, match=r"tensor 'b' of the AFTER checkpoint contains NaN"):
         extract(before, {"a": torch.ones(2, 3), "b": torch.tensor([0.0, math.nan, 0.0, 0.0])})
+    with pytest.raises(ValueError, match=r"tensor 'a' of the BEFORE checkpoint contains NaN"):
+        extract({"a": torch.full((2, 3), math.nan), "b": torch.zeros(4)}, before)
     with pytest.raises(ValueError, match=r"'a' has shape \[2, 3\] in BEFORE but \[3, 2\] in AFTER"):
         extract(before, {"a": torch.ones(3, 2), "b": torch.zeros(4)})
     with pytest.raises(ValueError, match=r"only in BEFORE \['b'\], only in AFTER \['c'\]"):
@@ -183,8 +280,7 @@ def test_compare_checkpoints_adds_the_raw_delta_cosine():
 
 
 def test_cli_direction_and_compare(tmp_path, capsys):
-    parser = argparse.ArgumentParser(prog="opsft")
-    directions.register_cli(parser.add_subparsers(dest="command", required=True))
+    parser = build_parser()
     model = build_model("nano", seed=0)
     before = write_sharded({n: p.detach() for n, p in model.named_parameters()}, tmp_path / "base")
     runs = [write_sharded(perturbed(model, s, scale=0.1), tmp_path / f"run{s}") for s in (1, 2)]

@@ -75,7 +75,7 @@ def add_direction_commands(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--eta", type=float, default=1e-3, help="relative tolerance of --rule rel")
     p.add_argument("--step", type=int, default=None, help="training step of AFTER, recorded in the metadata")
     p.add_argument("--packing", choices=PACKINGS, default="int8")
-    p.set_defaults(func=lazy("opsft.directions", "_cmd_direction"))
+    p.set_defaults(func=lazy("opsft.directions", "cmd_direction"))
 
     c = sub.add_parser("compare", help="compare two directions (markdown table, overall and per module)")
     c.add_argument("a", help="direction file, or (with --base) a trained checkpoint")

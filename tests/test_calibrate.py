@@ -19,6 +19,7 @@ from opsft.calibrate import (
     setting_key,
     setting_steps,
 )
+from opsft.provenance import provenance
 
 
 @pytest.mark.slow
@@ -35,7 +36,12 @@ def test_smoke_calibration_writes_a_row_per_method_with_measured_fractions(tmp_p
     assert table.count("| nano | fp32 |") == 4, "three method lines and the setting's regime check"
     assert "Settings meeting all three: " in table and " of 1." in table
     in_workers = calibrate("smoke", tmp_path / "workers", jobs=2)
-    assert in_workers == report, "runs scored in worker processes give the same table"
+
+    def measured(rep: dict) -> list[dict]:
+        return [{k: v for k, v in r.items() if k != "provenance"} for r in rep["rows"]]  # utc differs
+
+    assert measured(in_workers) == measured(report), "runs scored in worker processes give the same table"
+    assert {r["provenance"]["commit"] for r in report["rows"]} == {provenance()["commit"]}
 
 
 def test_recalibrating_some_settings_keeps_the_other_settings_rows(tmp_path):

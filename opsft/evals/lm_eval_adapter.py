@@ -82,7 +82,17 @@ def generation_kwargs(sampling: Sampling) -> dict[str, Any]:
     return kwargs | {"do_sample": True, "temperature": sampling.temperature, "top_p": sampling.top_p, "top_k": 0}
 
 
-def run_lm_eval(
+def run_lm_eval(model: Any, tokenizer: Any, tasks: Sequence[str], **kwargs: Any) -> list[Row]:
+    """``lm_eval.simple_evaluate`` on the given task names; one row (task, metric, value, interval, n, k) per metric.
+
+    ``interval`` is the 95% half-width 1.96 * stderr that lm-eval reports (0 when it reports none); ``kwargs``
+    are those of :func:`lm_eval_output`.
+    """
+    out = lm_eval_output(model, tokenizer, tasks, **kwargs)
+    return results_rows(out["results"], out.get("n-samples", {}), out.get("configs", {}))
+
+
+def lm_eval_output(
     model: Any,
     tokenizer: Any,
     tasks: Sequence[str],
@@ -91,11 +101,10 @@ def run_lm_eval(
     max_length: int | None = None,
     add_bos_token: bool = True,
     seed: int = 0,
-) -> list[Row]:
-    """``lm_eval.simple_evaluate`` on the given task names; one row (task, metric, value, interval, n, k) per metric.
-
-    ``interval`` is the 95% half-width 1.96 * stderr that lm-eval reports (0 when it reports none).
-    """
+    log_samples: bool = False,
+) -> dict[str, Any]:
+    """The dict ``lm_eval.simple_evaluate`` returns for the given task names on the in-memory model; with
+    ``log_samples`` its ``samples`` hold each document's responses and per-document metrics."""
     import lm_eval
     from lm_eval.models.huggingface import HFLM
     from lm_eval.tasks import TaskManager
@@ -108,11 +117,11 @@ def run_lm_eval(
     )
     # Indexing lm-eval's built-in tasks costs ~5-10 s: skip it when only local tasks are asked for.
     manager = TaskManager(include_path=str(include_path), include_defaults=False) if include_path else TaskManager()
-    out = lm_eval.simple_evaluate(
-        model=lm, tasks=list(tasks), task_manager=manager, log_samples=False, bootstrap_iters=100,  # "mean" metrics use the closed-form stderr
+    return lm_eval.simple_evaluate(
+        model=lm, tasks=list(tasks), task_manager=manager, log_samples=log_samples,
+        bootstrap_iters=100,  # "mean" metrics use the closed-form stderr
         random_seed=seed, numpy_random_seed=seed, torch_random_seed=seed, fewshot_random_seed=seed,
     )
-    return results_rows(out["results"], out.get("n-samples", {}), out.get("configs", {}))
 
 
 def results_rows(results: Mapping[str, Mapping], n_samples: Mapping[str, Mapping], configs: Mapping) -> list[Row]:

@@ -5,7 +5,8 @@ prompts, the correctness reward); SFT and DFT: ``batch_size`` teacher-style traj
 completion only. Every run trains a fresh, randomly initialised ``micro`` model (fp32, AdamW, clip 1.0) on the
 same data, with:
 
-- ours: ``opsft.train.train`` with a ``RolloutSource`` (HF generate) or a ``StaticSource``;
+- ours: ``opsft.train.train`` with a ``RolloutSource`` (``HFSampler``, the lean decode loop) or a
+  ``StaticSource``;
 - TRL, fp32, no checkpointing: GRPOTrainer / SFTTrainer with ``bf16=False, gradient_checkpointing=False``
   (TRL's fastest CPU setting);
 - TRL defaults: only ``use_cpu=True`` (bf16 autocast and gradient checkpointing on).

@@ -85,8 +85,12 @@ RewardFn = Callable[[object, str], float]
 class RolloutSource:
     """On-policy batches: ``prompts_per_step`` prompts x ``group_size`` samples from the current model.
 
-    Adds ``rewards`` and group-normalised ``advantages`` (B,), ``old_logp`` (B, T) of the student before the
-    update and, with a teacher, ``teacher_logp`` (B, T); with a reference model, ``ref_logp``. With
+    Adds ``rewards`` and group-normalised ``advantages`` (B,) and, with a teacher, ``teacher_logp`` (B, T); with a
+    reference model, ``ref_logp``. The student's log-probabilities before the update (``old_logp``) come from
+    the training forward itself (``opsft.objectives.clipped_policy_loss`` detaches them): with one update per
+    batch the old policy is the current one, and a separate no-grad forward gives bitwise the same numbers
+    (tests/test_sources_old_logp.py), so it is run only where the batch needs them first (token thinning by
+    the student-teacher gap). With
     ``objective.rollout_policy == "teacher"`` (GEO section 5.1, off-policy rollouts) the teacher samples and
     the student is trained on the teacher's tokens: ``old_logp`` is then the student's own log-probability of
     them, so the one update per batch has importance ratio 1 (GEO sets the clip to 1.0, "effectively
@@ -142,7 +146,8 @@ class RolloutSource:
             "rewards": rewards,
             "advantages": group_advantages(rewards, self.group_size),
         }
-        batch["old_logp"] = self._logp(model, batch)
+        if self.teacher is not None and self.objective.token_keep < 1 and self.objective.token_select == "topkl":
+            batch["old_logp"] = self._logp(model, batch)
         if self.teacher is not None:
             batch["teacher_logp"] = self._logp(self.teacher, batch)
             batch["mask"] = self._thin(batch, step)

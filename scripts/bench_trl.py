@@ -40,7 +40,7 @@ from opsft.organism import tasks
 from opsft.organism.models import build_model, parameter_count
 from opsft.organism.tokenizer import build_tokenizer
 from opsft.provenance import provenance
-from opsft.runs import reward
+from opsft.rewards import reward
 from opsft.sampling.hf import HFSampler
 from opsft.sources import Example, RolloutSource, StaticSource
 from opsft.train import make_optimizer, train

@@ -102,6 +102,8 @@ def add_diagnose_command(sub: argparse._SubParsersAction) -> None:
                    help="K of subspace similarity")
     p.add_argument("--hill-k", type=int, default=None, help="top singular values in the Hill estimate")
     p.add_argument("--visible", choices=("bf16", "exact"), default="bf16", help="rule for an update location")
+    p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto",
+                   help="where the float64 decompositions run (auto: a CUDA GPU when one is present)")
     p.set_defaults(func=lazy("opsft.diagnostics.report", "_run"))
 
 

@@ -1,5 +1,7 @@
-"""Seconds per diagnostic on one N x N matrix pair (default 4096), written to results/perf.md, section
-"diagnostics". Usage: python scripts/bench_diagnostics.py [--size 4096] [--out results/perf.md]"""
+"""Seconds per diagnostic on one N x N matrix pair (default 4096), seconds of the per-matrix work of
+`opsft diagnose` per Qwen3-8B matrix shape, and the projected time of one Qwen3-8B base->RL pair; written to
+results/perf.md, section "diagnostics". Usage: python scripts/bench_diagnostics.py [--size 4096]
+[--out results/perf.md] [--no-shapes]"""
 
 from __future__ import annotations
 
@@ -14,12 +16,28 @@ from opsft import diagnostics as D
 from opsft.io import update_markdown_section
 from opsft.provenance import provenance
 
+# Seconds at commit 44326c9 (two exact SVDs per pair), 4096x4096 float64, 2 cores, as measured in the issue.
+OLD_SECONDS = {
+    "stable_rank": 3.4,
+    "spectral_shift (NSS)": 6.5,
+    "principal_angles k=512": 29.0,
+    "endpoint_summary, one matrix (shared factors)": 34.0,
+}
+# Qwen3-8B (config.json): 36 layers, hidden 4096, intermediate 12288, 32 q heads and 8 kv heads of 128.
+QWEN3_8B_SHAPES = {  # (out, in) of each layer matrix: count over the model
+    (4096, 4096): 2 * 36,  # q_proj (32 x 128 = 4096 rows), o_proj
+    (1024, 4096): 2 * 36,  # k_proj, v_proj (8 x 128 = 1024 rows)
+    (12288, 4096): 2 * 36,  # gate_proj, up_proj
+    (4096, 12288): 36,  # down_proj
+}
+H100_FP64_FLOPS = 50e12  # the low end of the H100's dense FP64 (tensor core) peak
 
-def _pair(size: int) -> tuple[torch.Tensor, torch.Tensor]:
+
+def _pair(shape: tuple[int, int], seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
     """A float32 W0 ~ N(0, 0.02^2) and W+ = W0 + an update of relative size ~1e-3, as after post-training."""
-    gen = torch.Generator().manual_seed(0)
-    w0 = 0.02 * torch.randn(size, size, generator=gen)
-    return w0, w0 + 2e-5 * torch.randn(size, size, generator=gen)
+    gen = torch.Generator().manual_seed(seed)
+    w0 = 0.02 * torch.randn(*shape, generator=gen)
+    return w0, w0 + 2e-5 * torch.randn(*shape, generator=gen)
 
 
 def _time(fn: Callable[[], object]) -> float:
@@ -29,45 +47,131 @@ def _time(fn: Callable[[], object]) -> float:
 
 
 def run(size: int) -> list[tuple[str, float]]:
-    """(metric, seconds) for every per-matrix diagnostic on one size x size pair."""
-    w0, w1 = _pair(size)
+    """(metric, seconds) for every per-matrix diagnostic on one size x size pair (CPU)."""
+    w0, w1 = _pair((size, size))
     dw = w1 - w0
     sigma = torch.linalg.svdvals(dw.double())
+    snapshots = [{"w": w0 + i * (w1 - w0) / 4} for i in range(5)]
     cases: list[tuple[str, Callable[[], object]]] = [
         ("bf16_unchanged_fraction", lambda: D.bf16_unchanged_fraction(w0, w1)),
         ("frobenius_norm", lambda: D.frobenius_norm(dw)),
-        ("stable_rank", lambda: D.stable_rank(dw)),
+        ("stable_rank", lambda: D.stable_rank(dw, device="cpu")),
         ("hill_tail_index (given singular values)", lambda: D.hill_tail_index(sigma)),
-        ("spectral_shift (NSS)", lambda: D.spectral_shift(w0, w1)),
-        ("principal_angles k=512", lambda: D.principal_angles(w0, w1, 512)),
-        ("mask_overlap r=64 alpha=0.5", lambda: D.mask_overlap(w0, w1)),
-        ("subspace_similarity k=16", lambda: D.subspace_similarity(dw, 2 * dw)),
+        ("spectral_shift (NSS)", lambda: D.spectral_shift(w0, w1, device="cpu")),
+        ("principal_angles k=512", lambda: D.principal_angles(w0, w1, 512, device="cpu")),
+        ("mask_overlap r=64 alpha=0.5", lambda: D.mask_overlap(w0, w1, device="cpu")),
+        ("subspace_similarity k=16", lambda: D.subspace_similarity(dw, 2 * dw, device="cpu")),
         (
-            "endpoint_summary, one matrix (shared SVDs)",
-            lambda: D.endpoint_summary({"w": w0}, {"w": w1}, ["w"]),
+            "endpoint_summary, one matrix (shared factors)",
+            lambda: D.endpoint_summary({"w": w0}, {"w": w1}, ["w"], device="cpu"),
         ),
         (
             "trajectory_summary, one matrix, one checkpoint",
-            lambda: D.trajectory_summary([{"w": w0}, {"w": w1}], ["w"]),
+            lambda: D.trajectory_summary([{"w": w0}, {"w": w1}], ["w"], device="cpu"),
+        ),
+        (
+            "trajectory_summary, one matrix, 5 snapshots",
+            lambda: D.trajectory_summary(snapshots, ["w"], device="cpu"),
         ),
     ]
     return [(label, _time(fn)) for label, fn in cases]
 
 
-def render(size: int, timings: list[tuple[str, float]]) -> str:
-    """The markdown section: provenance line and a metric | seconds table."""
+def diagnose_matrix_seconds(shape: tuple[int, int]) -> float:
+    """Seconds of the per-matrix work of `opsft diagnose` on one base->RL pair of this shape (CPU):
+    endpoint summary, one-checkpoint trajectory, update cosines and locations; reading files excluded."""
+    w0, w1 = _pair(shape)
+    pair = [{"w": w0}, {"w": w1}]
+    start = time.perf_counter()
+    D.endpoint_summary(*pair, ["w"], device="cpu")
+    D.trajectory_summary(pair, ["w"], device="cpu")
+    D.update_cosines(pair, ["w"])
+    D.update_locations(pair, ["w"])
+    return time.perf_counter() - start
+
+
+def svd_flops(shape: tuple[int, int]) -> float:
+    """Flops of one thin SVD with vectors of an m x n matrix, p = max, q = min: 4 p q^2 + 22 q^3
+    (Golub and Van Loan, 4th ed., table 8.6.1, R-SVD)."""
+    p, q = max(shape), min(shape)
+    return 4 * p * q**2 + 22 * q**3
+
+
+def h100_projection_seconds(efficiency: float) -> float:
+    """Projected seconds of the factorizations of one Qwen3-8B pair on one H100 (three thin float64 SVDs per
+    matrix: W0, W+ and dW) at ``efficiency`` of H100_FP64_FLOPS. A projection, not a measurement."""
+    flops = sum(count * 3 * svd_flops(shape) for shape, count in QWEN3_8B_SHAPES.items())
+    return flops / (efficiency * H100_FP64_FLOPS)
+
+
+def _load() -> str:
+    return f"{os.getloadavg()[0]:.1f}"
+
+
+def _metric_table(size: int, timings: list[tuple[str, float]], loads: tuple[str, str]) -> list[str]:
+    lines = [
+        f"Seconds per metric on one {size}x{size} float32 pair (float64 factorizations, CPU), load average "
+        f"{loads[0]} before / {loads[1]} after (other jobs inflate times). Old: commit 44326c9, as measured "
+        "in the Speed issue (two thin SVDs per pair).",
+        "",
+        "| metric | seconds (old, 44326c9) | seconds (now) |",
+        "|---|---|---|",
+    ]
+    lines += [
+        f"| {label} | {OLD_SECONDS[label] if label in OLD_SECONDS else '-'} | {seconds:.3f} |"
+        for label, seconds in timings
+    ]
+    return lines
+
+
+def _projection_table(per_shape: dict[tuple[int, int], float], loads: tuple[str, str]) -> list[str]:
+    lines = [
+        "",
+        "Qwen3-8B base->RL pair, `opsft diagnose` per-matrix work (endpoint, trajectory, cosines, locations; "
+        f"reading files excluded), CPU, measured per shape, load average {loads[0]} before / {loads[1]} "
+        "after:",
+        "",
+        "| shape (out x in) | matrices | seconds per matrix | seconds |",
+        "|---|---|---|---|",
+    ]
+    total = 0.0
+    for shape, count in QWEN3_8B_SHAPES.items():
+        total += count * per_shape[shape]
+        lines.append(
+            f"| {shape[0]}x{shape[1]} | {count} | {per_shape[shape]:.1f} | {count * per_shape[shape]:.0f} |"
+        )
+    lines += [
+        f"| total | {sum(QWEN3_8B_SHAPES.values())} | | {total:.0f} ({total / 3600:.2f} h) |",
+        "",
+        "One H100 (projection, not a measurement; no GPU was available): three thin float64 SVDs per matrix, "
+        f"{sum(count * 3 * svd_flops(s) for s, count in QWEN3_8B_SHAPES.items()):.2e} flops; at 50 TFLOP/s "
+        f"FP64 that is {h100_projection_seconds(1.0):.0f} s at full peak, "
+        f"{h100_projection_seconds(0.1):.0f} s at 10% of peak (SVD is partly memory-bound), plus reading the "
+        "checkpoints and the bf16 masks on CPU.",
+    ]
+    return lines
+
+
+def render(
+    size: int,
+    timings: list[tuple[str, float]],
+    loads: tuple[str, str] = ("?", "?"),
+    per_shape: dict[tuple[int, int], float] | None = None,
+    shape_loads: tuple[str, str] = ("?", "?"),
+) -> str:
+    """The markdown section: provenance line, old-vs-new metric table and, when measured, the Qwen3-8B
+    per-shape projection."""
     prov = provenance()
     lines = [
-        f"Diagnostics: seconds per metric on one {size}x{size} matrix (float64 exact SVDs, CPU). "
-        "`python scripts/bench_diagnostics.py`",
-        f"commit {str(prov['commit'])[:7]} (dirty: {prov['dirty']}), torch {prov['torch']}, {prov['machine']['cpu']}, "
-        f"{prov['machine']['torch_threads']} threads on {prov['machine']['cores']} cores, load average "
-        f"{os.getloadavg()[0]:.1f} at the end (other jobs inflate times), {prov['utc']}",
+        "Diagnostics: `python scripts/bench_diagnostics.py`",
+        f"commit {str(prov['commit'])[:7]} (dirty: {prov['dirty']}), torch {prov['torch']}, "
+        f"{prov['machine']['cpu']}, {prov['machine']['torch_threads']} threads on {prov['machine']['cores']} "
+        f"cores, {prov['utc']}",
         "",
-        "| metric | seconds |",
-        "|---|---|",
+        *_metric_table(size, timings, loads),
     ]
-    lines += [f"| {label} | {seconds:.3f} |" for label, seconds in timings]
+    if per_shape is not None:
+        lines += _projection_table(per_shape, shape_loads)
     return "\n".join(lines)
 
 
@@ -75,8 +179,17 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--size", type=int, default=4096)
     parser.add_argument("--out", default="results/perf.md")
+    parser.add_argument("--no-shapes", action="store_true", help="skip the Qwen3-8B per-shape projection")
     args = parser.parse_args()
-    body = render(args.size, run(args.size))
+    before = _load()
+    timings = run(args.size)
+    loads = (before, _load())
+    per_shape, shape_loads = None, ("?", "?")
+    if not args.no_shapes:
+        before = _load()
+        per_shape = {shape: diagnose_matrix_seconds(shape) for shape in QWEN3_8B_SHAPES}
+        shape_loads = (before, _load())
+    body = render(args.size, timings, loads, per_shape, shape_loads)
     print(body)
     update_markdown_section(args.out, "diagnostics", body)
 

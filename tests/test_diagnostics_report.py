@@ -100,3 +100,16 @@ def test_benchmark_script_writes_perf_section(tmp_path):
     update_markdown_section(perf, "diagnostics", bench.render(48, timings))
     text = perf.read_text()
     assert "kept" in text and "<!-- begin:diagnostics -->" in text and "48x48" in text
+
+
+def test_benchmark_projection_counts_qwen3_8b_matrices():
+    spec = importlib.util.spec_from_file_location(
+        "bench_diagnostics", ROOT / "scripts" / "bench_diagnostics.py"
+    )
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    assert sum(bench.QWEN3_8B_SHAPES.values()) == 7 * 36  # q k v o gate up down in 36 layers
+    per_shape = dict.fromkeys(bench.QWEN3_8B_SHAPES, 10.0)
+    text = bench.render(48, [("stable_rank", 0.5)], per_shape=per_shape)
+    assert "| total | 252 | | 2520 (0.70 h) |" in text and "| stable_rank | 3.4 | 0.500 |" in text
+    assert "projection, not a measurement" in text

@@ -1,8 +1,10 @@
 """Parameter-space diagnostics of OPSFT (arXiv 2609.36659) and GEO (arXiv 2606.07082, after PNT).
 
-``metrics``: per-tensor formulas; ``streaming``: snapshot access, cosines, bf16 sparsity and update
-locations over checkpoints, one tensor name at a time; ``summaries``: endpoint and trajectory summaries;
-``report``: JSON, markdown, figures and the ``opsft diagnose`` subcommand.
+``factors``: exact float64 singular values and top-k singular subspaces, one factorization per matrix
+shared by its metrics (CPU, or CUDA when present); ``metrics``: per-tensor formulas; ``streaming``:
+snapshot access, cosines, bf16 sparsity and update locations over checkpoints, one tensor name at a time;
+``summaries``: endpoint and trajectory summaries; ``report``: JSON, markdown, figures and the
+``opsft diagnose`` subcommand.
 """
 
 from opsft.diagnostics.metrics import (
@@ -17,7 +19,7 @@ from opsft.diagnostics.metrics import (
     stable_rank,
     subspace_similarity,
 )
-from opsft.diagnostics.report import compute_all, diagnose, register_cli, render_markdown
+from opsft.diagnostics.report import compute_all, diagnose, render_markdown
 from opsft.diagnostics.streaming import (
     SnapshotMismatchError,
     bf16_sparsity,
@@ -41,7 +43,6 @@ __all__ = [
     "mask_overlap",
     "module_type",
     "principal_angles",
-    "register_cli",
     "render_markdown",
     "spectral_shift",
     "stable_rank",

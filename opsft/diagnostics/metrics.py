@@ -1,8 +1,10 @@
 """Per-tensor parameter-space metrics of OPSFT (arXiv 2609.36659) and GEO (arXiv 2606.07082, after PNT).
 
 Every function takes tensors and returns numbers or tensors; nothing here reads files. Matrix metrics run
-in float64 on CPU with exact (LAPACK) SVDs, as GEO appendix C.3 prescribes for principal angles. A NaN
-or infinity in an input gives NaN in the output, never an error hidden in an average.
+in float64 with exact singular values and singular subspaces (``opsft.diagnostics.factors``: LAPACK on CPU,
+cuSOLVER where ``device`` is CUDA; GEO appendix C.3 prescribes exact float64 SVDs). ``device=None`` means
+CUDA when available, else CPU. A NaN or infinity in an input gives NaN in the output, never an error hidden
+in an average.
 """
 
 from __future__ import annotations
@@ -11,10 +13,15 @@ import math
 
 import torch
 
+from opsft.diagnostics.factors import Factors, singular_values, top_factors
+
+Device = str | torch.device | None
+
 DEFAULT_ANGLE_K = 512  # GEO C.3: "We use k=512 by default"
 DEFAULT_MASK_RANK = 64  # GEO C.3: "We use rank r=64 and alpha=0.5"
 DEFAULT_MASK_ALPHA = 0.5
 DEFAULT_SUBSPACE_K = 16  # GEO section 4.2: "V_16"
+
 
 def as_matrix(t: torch.Tensor, name: str = "tensor", metric: str = "matrix metric") -> torch.Tensor:
     """``t`` as a float64 CPU matrix; a ValueError naming ``name`` and ``metric`` unless ``t`` is 2-D."""
@@ -31,11 +38,6 @@ def check_same_shape(w0: torch.Tensor, w1: torch.Tensor, name: str = "tensor") -
 
 def _finite(*ts: torch.Tensor) -> bool:
     return all(bool(torch.isfinite(t).all()) for t in ts)
-
-
-def _svd(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Thin exact SVD ``U, S, Vh`` of a finite float64 matrix (singular values descending)."""
-    return torch.linalg.svd(w, full_matrices=False)
 
 
 # ---------------------------------------------------------------- bf16 visibility (OPSFT Table 6, GEO 3.1)
@@ -76,25 +78,27 @@ def _angles_between(q0: torch.Tensor, q1: torch.Tensor) -> torch.Tensor:
     return torch.where(cos**2 >= 0.5, torch.arcsin(sin), torch.arccos(cos))
 
 
-def _angles_from_svds(
-    svd0: tuple[torch.Tensor, ...], svd1: tuple[torch.Tensor, ...], k: int
-) -> dict[str, torch.Tensor]:
-    (u0, _, vh0), (u1, _, vh1) = svd0, svd1
-    k = min(k, u0.shape[1])
+def _angles_from_factors(f0: Factors, f1: Factors, k: int) -> dict[str, torch.Tensor]:
+    """Principal angles between the top-k left ("left") and right ("right") subspaces of two factors."""
     return {
-        "left": _angles_between(u0[:, :k], u1[:, :k]),
-        "right": _angles_between(vh0[:k].T, vh1[:k].T),
+        "left": _angles_between(f0.u[:, :k], f1.u[:, :k]),
+        "right": _angles_between(f0.v[:, :k], f1.v[:, :k]),
     }
 
 
 def principal_angles(
-    w0: torch.Tensor, w1: torch.Tensor, k: int = DEFAULT_ANGLE_K, name: str = "tensor"
+    w0: torch.Tensor,
+    w1: torch.Tensor,
+    k: int = DEFAULT_ANGLE_K,
+    name: str = "tensor",
+    *,
+    device: Device = None,
 ) -> dict[str, torch.Tensor]:
     """Principal angles (radians, ascending) between the top-k singular subspaces of W0 and W+:
     theta = arccos(sigma(U_{0,k}^T U_{+,k})) for "left" and the same with V for "right" (GEO section 3.1
-    and C.3, after PNT). k defaults to 512 and is capped at min(m, n). Exact float64 SVD on CPU (C.3: "GPU
-    SVD can produce unstable angles for near-identical matrices"); small angles use the arcsin form.
-    Returns NaN vectors when an input holds NaN/inf."""
+    and C.3, after PNT). k defaults to 512 and is capped at min(m, n). Exact float64 subspaces
+    (``top_factors``; C.3 warns that GPU SVD "can produce unstable angles for near-identical matrices", which
+    is why the GPU path stays float64); small angles use the arcsin form. NaN vectors on NaN/inf input."""
     a, b = as_matrix(w0, name, "principal_angles"), as_matrix(w1, name, "principal_angles")
     check_same_shape(a, b, name)
     if k < 1:
@@ -102,30 +106,37 @@ def principal_angles(
     if not _finite(a, b):
         nan = torch.full((min(k, *a.shape),), math.nan, dtype=torch.float64)
         return {"left": nan, "right": nan.clone()}
-    return _angles_from_svds(_svd(a), _svd(b), k)
+    k = min(k, *a.shape)
+    return _angles_from_factors(top_factors(a, k, device), top_factors(b, k, device), k)
 
 
 def _nss_from_values(s0: torch.Tensor, s1: torch.Tensor) -> float:
     return float(torch.linalg.vector_norm(s1 - s0) / torch.linalg.vector_norm(s0))
 
 
-def spectral_shift(w0: torch.Tensor, w1: torch.Tensor, name: str = "tensor") -> float:
+def spectral_shift(
+    w0: torch.Tensor, w1: torch.Tensor, name: str = "tensor", *, device: Device = None
+) -> float:
     """Normalized spectral shift NSS = ||sigma(W+) - sigma(W0)||_2 / ||sigma(W0)||_2, singular values in
     descending order (GEO section 3.1 and C.3, after PNT). Exact float64 singular values; NaN on NaN input."""
     a, b = as_matrix(w0, name, "spectral_shift"), as_matrix(w1, name, "spectral_shift")
     check_same_shape(a, b, name)
     if not _finite(a, b):
         return math.nan
-    return _nss_from_values(torch.linalg.svdvals(a), torch.linalg.svdvals(b))
+    return _nss_from_values(singular_values(a, device), singular_values(b, device))
 
 
 def _extreme_mask(values: torch.Tensor, alpha: float, largest: bool) -> torch.Tensor:
-    """Boolean mask of the round(alpha * n) largest (or smallest) entries; ties broken by position."""
-    flat = values.flatten()
-    count = round(alpha * flat.numel())
-    order = torch.argsort(flat, descending=largest, stable=True)
-    mask = torch.zeros(flat.numel(), dtype=torch.bool)
-    mask[order[:count]] = True
+    """Boolean mask of the c = round(alpha * n) largest (or smallest) entries, ties broken by position (the
+    first c of a stable sort): with key = -x (or x) and t its c-th smallest value, every key < t plus the
+    first c - #{key < t} entries with key == t. Selection, not a sort: O(n)."""
+    key = (-values if largest else values).flatten()
+    count = round(alpha * key.numel())
+    if count == 0:
+        return torch.zeros_like(values, dtype=torch.bool)
+    kth = torch.kthvalue(key, count).values
+    below, tie = key < kth, key == kth
+    mask = below | (tie & (torch.cumsum(tie, 0) <= count - int(below.sum())))
     return mask.view_as(values)
 
 
@@ -135,12 +146,17 @@ def _overlap(update: torch.Tensor, reference: torch.Tensor) -> float:
     return int((update & reference).sum()) / visible if visible else math.nan
 
 
-def _mask_overlap_from_svd(
-    w0: torch.Tensor, w1: torch.Tensor, svd0: tuple[torch.Tensor, ...], rank: int, alpha: float
+def _rank_r_reconstruction(w: torch.Tensor, factors: Factors, rank: int) -> torch.Tensor:
+    """U_r S_r V_r^T = W V_r V_r^T: the best rank-r approximation of W from its top-r right subspace."""
+    v = factors.v[:, :rank]
+    return (w @ v) @ v.T
+
+
+def _mask_overlap_from_factors(
+    w0: torch.Tensor, w1: torch.Tensor, factors0: Factors, rank: int, alpha: float
 ) -> dict[str, float]:
-    u, s, vh = svd0
-    r = min(rank, s.numel())
-    reconstruction = (u[:, :r] * s[:r]) @ vh[:r]
+    """Mask overlaps (see ``mask_overlap``) from the factors of the float64 matrix W0."""
+    reconstruction = _rank_r_reconstruction(w0, factors0, rank)
     update = bf16_changed_mask(w0, w1)
     return {
         "principal": _overlap(update, _extreme_mask(reconstruction.abs(), alpha, largest=True)),
@@ -156,10 +172,13 @@ def mask_overlap(
     rank: int = DEFAULT_MASK_RANK,
     alpha: float = DEFAULT_MASK_ALPHA,
     name: str = "tensor",
+    *,
+    device: Device = None,
 ) -> dict[str, float]:
     """Overlap |M_upd & M_*| / |M_upd| of the bf16-visible update mask M_upd with (GEO section 3.1, C.3,
     after PNT): M_princ, the top-alpha entries by magnitude of the rank-r reconstruction U_r S_r V_r^T of W0
-    (exact SVD), and M_low, the bottom-alpha entries of |W0|; reported beside the random baseline alpha.
+    (exact top-r subspace), and M_low, the bottom-alpha entries of |W0|; reported beside the random
+    baseline alpha.
     Masks hold exactly round(alpha * n) entries (ties broken by position). NaN when nothing is visibly
     updated or an input holds NaN/inf."""
     a, b = as_matrix(w0, name, "mask_overlap"), as_matrix(w1, name, "mask_overlap")
@@ -173,7 +192,7 @@ def mask_overlap(
             "random_baseline": alpha,
             "visible_fraction": math.nan,
         }
-    return _mask_overlap_from_svd(a, b, _svd(a), rank, alpha)
+    return _mask_overlap_from_factors(a, b, top_factors(a, rank, device), rank, alpha)
 
 
 # ---------------------------------------------------------------- update trajectory (GEO section 4, app. E)
@@ -189,13 +208,13 @@ def _stable_rank_from(fro: float, s: torch.Tensor) -> float:
     return fro**2 / top**2 if top > 0 else math.nan
 
 
-def stable_rank(dw: torch.Tensor, name: str = "tensor") -> float:
+def stable_rank(dw: torch.Tensor, name: str = "tensor", *, device: Device = None) -> float:
     """Stable rank ||dW||_F^2 / ||dW||_2^2 (GEO section 4.1 and appendix E). Exact float64 spectral norm;
     NaN for a zero matrix (no update, no direction) or NaN input."""
     m = as_matrix(dw, name, "stable_rank")
     if not _finite(m):
         return math.nan
-    return _stable_rank_from(float(torch.linalg.vector_norm(m)), torch.linalg.svdvals(m))
+    return _stable_rank_from(float(torch.linalg.vector_norm(m)), singular_values(m, device))
 
 
 def _numerically_positive(x: torch.Tensor) -> torch.Tensor:
@@ -230,24 +249,25 @@ def hill_tail_index(singular_values: torch.Tensor, k: int | None = None, name: s
     return 1.0 / mean_log_excess if mean_log_excess > 0 else math.inf
 
 
-def _top_right_subspace(vh: torch.Tensor, k: int) -> torch.Tensor:
-    return vh[:k].T
-
-
 def _subspace_similarity_from(v_t: torch.Tensor, v_end: torch.Tensor) -> float:
+    """||V_t^T V_end||_F^2 / k for orthonormal n x k bases V_t, V_end."""
     k = v_t.shape[1]
     return float(torch.linalg.matrix_norm(v_t.T @ v_end) ** 2 / k)
 
 
 def subspace_similarity(
-    dw_t: torch.Tensor, dw_end: torch.Tensor, k: int = DEFAULT_SUBSPACE_K, name: str = "tensor"
+    dw_t: torch.Tensor,
+    dw_end: torch.Tensor,
+    k: int = DEFAULT_SUBSPACE_K,
+    name: str = "tensor",
+    *,
+    device: Device = None,
 ) -> float:
     """Subspace similarity ||V_k(t)^T V_k(end)||_F^2 / k between the top-k right singular subspaces of the
     cumulative updates dW_t and dW_end (GEO section 4.2, Fig 5; K = 16). 1 = same subspace, k/n = random.
-    k is capped at min(m, n). Exact float64 SVD; NaN on NaN input."""
+    k is capped at min(m, n). Exact float64 subspaces (``top_factors``); NaN on NaN input."""
     a, b = as_matrix(dw_t, name, "subspace_similarity"), as_matrix(dw_end, name, "subspace_similarity")
     check_same_shape(a, b, name)
     if not _finite(a, b):
         return math.nan
-    k = min(k, *a.shape)
-    return _subspace_similarity_from(_top_right_subspace(_svd(a)[2], k), _top_right_subspace(_svd(b)[2], k))
+    return _subspace_similarity_from(top_factors(a, k, device).v, top_factors(b, k, device).v)

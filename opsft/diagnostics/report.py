@@ -42,15 +42,21 @@ def compute_all(
     subspace_k: int = M.DEFAULT_SUBSPACE_K,
     hill_k: int | None = None,
     visible: str = "bf16",
+    device: str | None = None,
 ) -> dict:
     """All diagnostics of a snapshot sequence (snapshots[0] = theta_0): ``endpoint_summary`` of the first
-    and last, ``trajectory_summary``, ``update_cosines`` and ``update_locations``, plus provenance."""
+    and last, ``trajectory_summary``, ``update_cosines`` and ``update_locations``, plus provenance.
+    ``device``: where the matrix factorizations run (None: CUDA when available, else CPU)."""
     if len(snapshots) < 2:
         raise ValueError("diagnostics need at least two snapshots (before and after)")
     start = time.perf_counter()
     result = {
-        "endpoint": endpoint_summary(snapshots[0], snapshots[-1], names, k=k, rank=rank, alpha=alpha),
-        "trajectory": trajectory_summary(snapshots, names, subspace_k=subspace_k, hill_k=hill_k),
+        "endpoint": endpoint_summary(
+            snapshots[0], snapshots[-1], names, k=k, rank=rank, alpha=alpha, device=device
+        ),
+        "trajectory": trajectory_summary(
+            snapshots, names, subspace_k=subspace_k, hill_k=hill_k, device=device
+        ),
         "cosines": update_cosines(snapshots, names),
         "locations": update_locations(snapshots, names, visible=visible),
     }
@@ -181,6 +187,7 @@ def diagnose(snapshots: Sequence[WeightSource], out_dir: str | Path, **settings:
 
 
 def _run(args: argparse.Namespace) -> int:
+    """``opsft diagnose``: every diagnostic of the snapshot folders, written to ``-o``."""
     snapshots = [args.before, args.after, *args.more]
     missing = [s for s in snapshots if not Path(s).exists()]
     if missing:
@@ -195,23 +202,7 @@ def _run(args: argparse.Namespace) -> int:
         subspace_k=args.subspace_k,
         hill_k=args.hill_k,
         visible=args.visible,
+        device=None if args.device == "auto" else args.device,
     )
     print(f"diagnostics written to {args.output}")
     return 0
-
-
-def register_cli(subparsers: argparse._SubParsersAction) -> None:
-    """Add ``opsft diagnose BEFORE AFTER [MORE SNAPSHOTS...] -o DIR`` to the top-level parser."""
-    p = subparsers.add_parser("diagnose", help="parameter-space diagnostics between local checkpoint folders")
-    p.add_argument("before", help="checkpoint folder of theta_0 (safetensors, sharded or not)")
-    p.add_argument("after", help="the next checkpoint folder")
-    p.add_argument("more", nargs="*", help="further checkpoint folders, in training order")
-    p.add_argument("-o", "--output", required=True, help="output directory")
-    p.add_argument("--tensor", action="append", help="analyse only this tensor (repeatable)")
-    p.add_argument("--k", type=int, default=M.DEFAULT_ANGLE_K, help="principal-angle subspace size")
-    p.add_argument("--rank", type=int, default=M.DEFAULT_MASK_RANK, help="principal-mask reconstruction rank")
-    p.add_argument("--alpha", type=float, default=M.DEFAULT_MASK_ALPHA, help="mask fraction")
-    p.add_argument("--subspace-k", type=int, default=M.DEFAULT_SUBSPACE_K, help="K of subspace similarity")
-    p.add_argument("--hill-k", type=int, default=None, help="top singular values in the Hill estimate")
-    p.add_argument("--visible", choices=("bf16", "exact"), default="bf16", help="rule for an update location")
-    p.set_defaults(func=_run)

@@ -2,7 +2,9 @@
 claim C16) and the cumulative-update trajectory of a snapshot sequence (GEO section 4, claims C17/C18).
 
 Streamed as in ``opsft.diagnostics.streaming``: at most two loaded tensors at once, plus float64 working
-copies and SVD factors of the matrix being analysed. Both return plain JSON-able dicts.
+copies and the factors (``opsft.diagnostics.factors``) of the matrix being analysed: each matrix is
+factorized once and every metric of it reads that one factorization. Both return plain JSON-able dicts.
+``device`` (None: CUDA when available, else CPU) is where the factorizations run.
 """
 
 from __future__ import annotations
@@ -15,13 +17,18 @@ import torch
 from opsft.checkpoints import WeightSource
 from opsft.diagnostics import metrics as M
 from opsft.diagnostics import streaming as S
+from opsft.diagnostics.factors import Factors, resolve_device, top_factors
 from opsft.modules import module_type
 
 # ---------------------------------------------------------------- endpoint PNT summary (GEO section 3)
 
 
-def _matrix_endpoint(w0: torch.Tensor, w1: torch.Tensor, name: str, k: int, rank: int, alpha: float) -> dict:
-    """Principal angles (mean/max, radians), NSS and mask overlaps of one matrix from two exact SVDs."""
+def _matrix_endpoint(
+    w0: torch.Tensor, w1: torch.Tensor, name: str, settings: tuple[int, int, float], device: torch.device
+) -> dict:
+    """Principal angles (mean/max, radians), NSS and mask overlaps of one matrix from one factorization of
+    each side (``top_factors`` with max(k, rank) vectors: W0's serves the angles, NSS and the mask)."""
+    k, rank, alpha = settings
     a, b = M.as_matrix(w0, name, "endpoint_summary"), M.as_matrix(w1, name, "endpoint_summary")
     if not M._finite(a, b):
         nan = {
@@ -32,15 +39,16 @@ def _matrix_endpoint(w0: torch.Tensor, w1: torch.Tensor, name: str, k: int, rank
             "nss": math.nan,
         }
         return nan | M.mask_overlap(a, b, rank, alpha, name)
-    svd0, svd1 = M._svd(a), M._svd(b)
-    angles = M._angles_from_svds(svd0, svd1, k)
+    width = max(k, rank)
+    f0, f1 = top_factors(a, width, device), top_factors(b, width, device)
+    angles = M._angles_from_factors(f0, f1, min(k, *a.shape))
     out = {
         f"angle_{side}_{stat}": float(getattr(angles[side], stat)())
         for side in angles
         for stat in ("mean", "max")
     }
-    out["nss"] = M._nss_from_values(svd0[1], svd1[1])
-    return out | M._mask_overlap_from_svd(a, b, svd0, rank, alpha)
+    out["nss"] = M._nss_from_values(f0.values, f1.values)
+    return out | M._mask_overlap_from_factors(a, b, f0, rank, alpha)
 
 
 def _endpoint_tensor(
@@ -49,12 +57,13 @@ def _endpoint_tensor(
     tally: S._Bf16Tally,
     explicit: bool,
     settings: tuple[int, int, float],
+    device: torch.device,
 ) -> dict | None:
     """Tally one tensor's bf16 counts and, for an analysed matrix, return its endpoint metrics; the pair
     is loaded in this frame and freed on return, so at most two tensors are held at once."""
     w0, w1 = S.load_aligned(pair, name)
     tally.add(name, w0, w1)
-    return _matrix_endpoint(w0, w1, name, *settings) if S._analysed(name, w0, explicit) else None
+    return _matrix_endpoint(w0, w1, name, settings, device) if S._analysed(name, w0, explicit) else None
 
 
 def endpoint_summary(
@@ -64,22 +73,25 @@ def endpoint_summary(
     k: int = M.DEFAULT_ANGLE_K,
     rank: int = M.DEFAULT_MASK_RANK,
     alpha: float = M.DEFAULT_MASK_ALPHA,
+    *,
+    device: str | torch.device | None = None,
 ) -> dict:
     """The PNT diagnostics of a checkpoint pair as GEO section 3 / Table 1 report them (claim C16):
     bf16 sparsity over all analysed parameters (``bf16_sparsity``), and per layer matrix, averaged without
     weighting (GEO C.3): principal angles between top-k singular subspaces (``principal_angles``, mean and
     max per matrix, radians), NSS (``spectral_shift``) and overlaps of the visible-update mask with the
-    principal and low-magnitude masks (``mask_overlap``). One tensor pair in memory at a time; two exact
-    float64 SVDs per matrix. Per-matrix values are under "per_matrix"; NaNs are listed, not averaged."""
+    principal and low-magnitude masks (``mask_overlap``). One tensor pair in memory at a time; one exact
+    float64 factorization (``top_factors``) per side and matrix, on ``device``. Per-matrix values are under
+    "per_matrix"; NaNs are listed, not averaged."""
     if k < 1 or rank < 1 or not 0 < alpha < 1:
         raise ValueError(
             f"endpoint_summary needs k >= 1, rank >= 1, 0 < alpha < 1; got {k=}, {rank=}, {alpha=}"
         )
-    pair = [before, after]
+    pair, dev = [before, after], resolve_device(device)
     tally = S._Bf16Tally()
     per_matrix: dict[str, dict] = {}
     for name in S._selected(pair, names):
-        result = _endpoint_tensor(pair, name, tally, names is not None, (k, rank, alpha))
+        result = _endpoint_tensor(pair, name, tally, names is not None, (k, rank, alpha), dev)
         if result is not None:
             per_matrix[name] = result
     keys = next(iter(per_matrix.values())).keys() if per_matrix else []
@@ -97,37 +109,44 @@ def endpoint_summary(
 TRAJECTORY_METRICS = ("stable_rank", "frobenius_norm", "hill_index", "subspace_similarity")
 
 
-def _svd_if_finite(dw: torch.Tensor) -> tuple[torch.Tensor, ...] | None:
-    return M._svd(dw) if M._finite(dw) else None
+def _factors_if_finite(dw: torch.Tensor, k: int, device: torch.device) -> Factors | None:
+    """``top_factors`` of dW with k right vectors, or None when dW holds NaN/inf."""
+    return top_factors(dw, k, device) if M._finite(dw) else None
 
 
 def _trajectory_point(
     dw: torch.Tensor,
-    factors: tuple[torch.Tensor, ...] | None,
+    factors: Factors | None,
     v_end: torch.Tensor,
     hill_k: int | None,
     name: str,
 ) -> dict:
     """Stable rank, Frobenius norm, Hill index and subspace similarity of one cumulative update, from its
-    SVD ``factors`` (None when dW holds NaN/inf: every metric NaN)."""
+    ``factors`` (None when dW holds NaN/inf: every metric NaN)."""
     if factors is None:
         return dict.fromkeys(TRAJECTORY_METRICS, math.nan)
-    _, s, vh = factors
+    s = factors.values
     fro = float(torch.linalg.vector_norm(dw))
     k = min(hill_k, s.numel()) if hill_k is not None else None
     return {
         "stable_rank": M._stable_rank_from(fro, s),
         "frobenius_norm": fro,
         "hill_index": M.hill_tail_index(s, k, name),
-        "subspace_similarity": M._subspace_similarity_from(M._top_right_subspace(vh, v_end.shape[1]), v_end),
+        "subspace_similarity": M._subspace_similarity_from(factors.v, v_end),
     }
 
 
 def _matrix_trajectory(
-    sources: Sequence[WeightSource], name: str, explicit: bool, subspace_k: int, hill_k: int | None
+    sources: Sequence[WeightSource],
+    name: str,
+    explicit: bool,
+    settings: tuple[int, int | None],
+    device: torch.device,
 ) -> list[dict] | None:
     """Trajectory points of one matrix for snapshots 1..T (None if it is not analysed): loads theta_0,
-    theta_T (for V_K(end)), then each theta_t, keeping only W_0, dW_end and the current dW_t in float64."""
+    theta_T (for V_K(end)), then each theta_t, keeping only W_0, dW_end and the current dW_t in float64.
+    One factorization per dW_t (singular values and top-K right vectors); dW_end's is computed once."""
+    subspace_k, hill_k = settings
     w0 = S._load(sources[0], name)
     if not S._analysed(name, w0, explicit):
         return None
@@ -135,16 +154,16 @@ def _matrix_trajectory(
     last = len(sources) - 1
     d_end = S.load_checked(sources, last, name, w0.shape).to(torch.float64) - base
     k = min(subspace_k, *w0.shape)
-    end_factors = _svd_if_finite(d_end)  # computed once: gives V_K(end) and the last point
+    end_factors = _factors_if_finite(d_end, k, device)  # computed once: V_K(end) and the last point
     v_end = (
-        M._top_right_subspace(end_factors[2], k)
+        end_factors.v
         if end_factors is not None
         else torch.full((w0.shape[1], k), math.nan, dtype=torch.float64)
     )
     points = []
     for index in range(1, last):
         dw = S.load_checked(sources, index, name, w0.shape).to(torch.float64) - base
-        points.append(_trajectory_point(dw, _svd_if_finite(dw), v_end, hill_k, name))
+        points.append(_trajectory_point(dw, _factors_if_finite(dw, k, device), v_end, hill_k, name))
     points.append(_trajectory_point(d_end, end_factors, v_end, hill_k, name))
     return points
 
@@ -154,20 +173,24 @@ def trajectory_summary(
     names: Sequence[str] | None = None,
     subspace_k: int = M.DEFAULT_SUBSPACE_K,
     hill_k: int | None = None,
+    *,
+    device: str | torch.device | None = None,
 ) -> dict:
     """Per-checkpoint trajectory of the cumulative update dW_t = W_t - W_0 (GEO section 4 and appendix E;
     claims C17/C18): for t = 1..T (snapshots[0] = W_0) the mean over layer matrices of stable rank
     ||dW_t||_F^2 / ||dW_t||_2^2, Frobenius norm ||dW_t||_F, Hill tail index of the singular values of dW_t
     (top ``hill_k``, default ``default_hill_k``) and subspace similarity ||V_K(t)^T V_K(end)||_F^2 / K with
-    K = ``subspace_k``. One exact float64 SVD per matrix and checkpoint (T per matrix); about four float64 copies of the
-    largest matrix in memory. A NaN in any matrix makes that checkpoint's mean NaN and is listed."""
+    K = ``subspace_k``. One exact float64 factorization (``top_factors``, on ``device``) per matrix and
+    checkpoint (T per matrix); about four float64 copies of the largest matrix in memory. A NaN in any
+    matrix makes that checkpoint's mean NaN and is listed."""
     if len(snapshots) < 2:
         raise ValueError("trajectory_summary needs at least two snapshots (W_0 and one later)")
     per_matrix: dict[str, list[dict]] = {}
+    dev = resolve_device(device)
     for name in S._selected(snapshots, names):
         if names is None and module_type(name) == "embed":
             continue  # never analysed by default: skip before loading the largest tensor
-        points = _matrix_trajectory(snapshots, name, names is not None, subspace_k, hill_k)
+        points = _matrix_trajectory(snapshots, name, names is not None, (subspace_k, hill_k), dev)
         if points is not None:
             per_matrix[name] = points
     steps = len(snapshots) - 1

@@ -29,15 +29,13 @@ import torch
 from safetensors.torch import save_file
 
 from opsft.checkpoints import WeightSource, iter_tensors, open_safetensors, tensor_names
-from opsft.fused_adamw import FLAGS, _cpu_identity
+from opsft.extensions import build
 from opsft.io import atomic_write
-from opsft.paths import cache_root
 
 Rule = Literal["fp32", "bf16", "rel"]
 RULES: tuple[str, ...] = ("fp32", "bf16", "rel")
 Packing = Literal["int8", "2bit"]
 FORMAT_VERSION = "1"
-BF16_KERNEL_SOURCE = Path(__file__).parent / "csrc" / "bf16_signs.cpp"
 BF16_KERNEL_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 BF16_KERNEL_MIN_NUMEL = 1 << 20  # smaller tensors (organisms, tests) take the torch ops: no build for them
 
@@ -146,17 +144,10 @@ def unpack_2bit(packed: torch.Tensor, shape: tuple[int, ...], name: str = "tenso
 @functools.cache
 def bf16_kernel() -> ModuleType | None:
     """The compiled one-pass bf16 rule (``csrc/bf16_signs.cpp``), built on first use once per CPU identity and
-    source digest under the cache folder, like ``opsft.fused_adamw.kernel``; None, with a warning, where it
+    source digest under the cache folder, like ``opsft.fused_adamw.kernel`` (``opsft.extensions.build``); None, with a warning, where it
     cannot be built (no C++ compiler or ninja): the rule then runs as torch ops, with the same signs."""
-    from torch.utils.cpp_extension import load
-
-    digest = hashlib.sha256((_cpu_identity() + BF16_KERNEL_SOURCE.read_text() + " ".join(FLAGS)).encode())
-    name = f"bf16_signs-{digest.hexdigest()[:12]}"
-    folder = cache_root() / "extensions" / name
-    folder.mkdir(parents=True, exist_ok=True)
     try:
-        return load(name=f"opsft_{name.replace('-', '_')}", sources=[str(BF16_KERNEL_SOURCE)],
-                    extra_cflags=list(FLAGS), build_directory=str(folder))
+        return build("bf16_signs")
     except Exception as err:  # whatever the toolchain raised: the torch ops below give the same result
         warnings.warn(f"the bf16 rule's kernel could not be built ({err}); it runs as torch ops (slower)",
                       stacklevel=2)

@@ -21,43 +21,21 @@ under the cache folder (``extensions/``): ``-march=native`` code must not run on
 from __future__ import annotations
 
 import functools
-import hashlib
-import platform
-from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 import torch
 
-from opsft.paths import cache_root
+from opsft.extensions import build
 
-SOURCE = Path(__file__).parent / "csrc" / "sign_adamw.cpp"
-# no FMA contraction (reproducible rounding); sqrt without errno, so the loop vectorizes; full-width AVX-512;
-# OpenMP, without which ATen's parallel_for (a header template) runs the whole loop on one thread
-FLAGS = ("-O3", "-ffp-contract=off", "-fno-math-errno", "-march=native", "-mprefer-vector-width=512", "-fopenmp")
 FREE = 2  # code of a weight a location mask leaves free to move either way
 BLOCK = 256  # weights per 64-byte line of packed codes (BLOCK in csrc/sign_adamw.cpp)
 
 
-def _cpu_identity() -> str:
-    """The CPU model and its flags (Linux), else the machine name: what ``-march=native`` code depends on."""
-    try:
-        lines = Path("/proc/cpuinfo").read_text().splitlines()
-        return "\n".join(sorted({ln for ln in lines if ln.startswith(("model name", "flags"))}))
-    except OSError:
-        return platform.machine() + platform.processor()
-
-
 @functools.cache
 def kernel() -> ModuleType:
-    """The compiled extension (built once per CPU identity and source digest, then loaded from the cache)."""
-    from torch.utils.cpp_extension import load
-
-    digest = hashlib.sha256((_cpu_identity() + SOURCE.read_text() + " ".join(FLAGS)).encode()).hexdigest()[:12]
-    folder = cache_root() / "extensions" / f"sign_adamw-{digest}"
-    folder.mkdir(parents=True, exist_ok=True)
-    return load(name=f"opsft_sign_adamw_{digest}", sources=[str(SOURCE)], extra_cflags=list(FLAGS),
-                build_directory=str(folder))
+    """The compiled extension ``csrc/sign_adamw.cpp`` (``opsft.extensions.build``)."""
+    return build("sign_adamw")
 
 
 def codes_of(mask: torch.Tensor) -> torch.Tensor:

@@ -16,7 +16,7 @@ from transformers import PreTrainedTokenizerBase
 
 from opsft.config import ObjectiveConfig
 from opsft.objectives import group_advantages, token_logprobs
-from opsft.sampling.base import Sampler, position_ids
+from opsft.sampling.base import Sampler, sequence_logits
 
 Batch = dict[str, torch.Tensor]
 
@@ -157,8 +157,7 @@ class RolloutSource:
 
     @torch.no_grad()
     def _logp(self, model: torch.nn.Module, batch: Batch) -> torch.Tensor:
-        logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
-                       position_ids=position_ids(batch["attention_mask"])).logits
+        logits = sequence_logits(model, batch["input_ids"], batch["attention_mask"])
         return token_logprobs(logits, batch["input_ids"])  # (B, T)
 
     def _thin(self, batch: Batch, step: int) -> torch.Tensor:

@@ -13,7 +13,7 @@ from tqdm.auto import tqdm
 
 from opsft.config import OptimConfig
 from opsft.objectives import Objective, token_logprobs
-from opsft.sampling.base import position_ids
+from opsft.sampling.base import sequence_logits
 
 
 class Source(Protocol):
@@ -80,8 +80,7 @@ def train(
         t0 = time.perf_counter()
         batch = source.batch(model, step)
         t_batch = time.perf_counter() - t0
-        logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
-                       position_ids=position_ids(batch["attention_mask"])).logits  # (B, L, V)
+        logits = sequence_logits(model, batch["input_ids"], batch["attention_mask"])  # (B, L, V)
         logp = token_logprobs(logits, batch["input_ids"])  # (B, L-1)
         loss, metrics = objective(logp, batch)
         if not torch.isfinite(loss):

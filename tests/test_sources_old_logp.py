@@ -11,15 +11,14 @@ from opsft.organism import tasks
 from opsft.organism.models import build_model
 from opsft.organism.tokenizer import build_tokenizer
 from opsft.rewards import reward
+from opsft.sampling.base import sequence_logits
 from opsft.sampling.hf import HFSampler
-from opsft.sources import Example, RolloutSource, position_ids
+from opsft.sources import Example, RolloutSource
 
 
 def _forward_logp(model: torch.nn.Module, batch: dict) -> torch.Tensor:
     """The training loop's forward: token log-probs of the batch with autograd on."""
-    logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
-                   position_ids=position_ids(batch["attention_mask"])).logits
-    return token_logprobs(logits, batch["input_ids"])
+    return token_logprobs(sequence_logits(model, batch["input_ids"], batch["attention_mask"]), batch["input_ids"])
 
 
 def _grads(model: torch.nn.Module, batch: dict) -> list[torch.Tensor]:
@@ -42,8 +41,7 @@ def test_the_training_forward_gives_the_old_log_probs_bit_for_bit(threads):
         batch = src.batch(model, 0)
         assert "old_logp" not in batch
         with torch.no_grad():
-            separate = token_logprobs(model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
-                                            position_ids=position_ids(batch["attention_mask"])).logits,
+            separate = token_logprobs(sequence_logits(model, batch["input_ids"], batch["attention_mask"]),
                                       batch["input_ids"])
         assert torch.equal(_forward_logp(model, batch).detach(), separate)
         with_old = _grads(model, {**batch, "old_logp": separate})

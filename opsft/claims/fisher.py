@@ -18,7 +18,7 @@ from opsft.masks import fisher_diagonal
 from opsft.objectives import make_objective, token_logprobs
 from opsft.organism.build import build_organism
 from opsft.runs import initial_model, make_source, run_tokenizer
-from opsft.sampling.base import position_ids
+from opsft.sampling.base import sequence_logits
 
 Tensors = dict[str, torch.Tensor]
 
@@ -36,8 +36,7 @@ def sequences(batch: Mapping[str, torch.Tensor]) -> Iterator[Tensors]:
 
 def _squared_gradient(model: torch.nn.Module, config: RunConfig, batch: Mapping[str, torch.Tensor]) -> Tensors:
     """g^2 elementwise for g the gradient of the run's objective on one batch, as the train loop computes it."""
-    logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
-                   position_ids=position_ids(batch["attention_mask"])).logits  # (B, L, V)
+    logits = sequence_logits(model, batch["input_ids"], batch["attention_mask"])  # (B, L, V)
     loss, _ = make_objective(config.objective)(token_logprobs(logits, batch["input_ids"]), dict(batch))
     named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
     grads = torch.autograd.grad(loss, [p for _, p in named], allow_unused=True)

@@ -37,3 +37,13 @@ class Sampler(Protocol):
 def position_ids(attention_mask: torch.Tensor) -> torch.Tensor:
     """Positions counted over real tokens only, so left padding does not shift them (as ``generate`` does)."""
     return (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
+
+
+def sequence_logits(model: torch.nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+    """(B, L, V) logits of padded sequences (B, L), positions counted over real tokens. The mask reaches the
+    model only where some row has a pad before a real token (left padding): with right padding alone, causal
+    attention never takes a real token to a pad, so the model runs unmasked (SDPA's causal kernel, no (L, L)
+    mask built) and every real token's logits are the masked forward's up to float rounding."""
+    right_padded_only = bool((attention_mask[:, 1:] <= attention_mask[:, :-1]).all())
+    return model(input_ids=input_ids, attention_mask=None if right_padded_only else attention_mask,
+                 position_ids=position_ids(attention_mask)).logits

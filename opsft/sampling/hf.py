@@ -1,7 +1,8 @@
 """Hugging Face backend: batched, KV-cached sampling on CPU (or any torch device).
 
-Tokens come from the lean decode loop (:mod:`opsft.sampling.lean`) wherever it reproduces ``model.generate``
-bit for bit, else (and with ``reference=True``) from ``model.generate`` itself."""
+Tokens come from the lean decode loop (:mod:`opsft.sampling.lean`: ``generate``'s distribution with one prefill
+per prompt and finished rows dropped) wherever it applies, else (and with ``reference=True``) from
+``model.generate`` itself."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import torch
 from transformers import PreTrainedTokenizerBase
 
 from opsft.sampling.base import Rollout
-from opsft.sampling.lean import Decoding, lean_tokens, reproduces_generate
+from opsft.sampling.lean import Decoding, lean_decodes, lean_tokens
 
 
 class HFSampler:
@@ -32,7 +33,7 @@ class HFSampler:
         device = next(model.parameters()).device
         enc = tok(prompts, return_tensors="pt", padding=True, padding_side="left").to(device)
         d = Decoding(n, temperature, top_p, max_new_tokens, tok.pad_token_id, tok.eos_token_id)
-        decode = generate_tokens if self.reference or not reproduces_generate(model) else lean_tokens
+        decode = generate_tokens if self.reference or not lean_decodes(model) else lean_tokens
         was_training = model.training
         model.eval()
         torch.manual_seed(seed)

@@ -1,18 +1,23 @@
-"""A lean decode loop over a causal LM's forward and a preallocated KV cache: the tokens ``model.generate``
-draws, bit for bit, without its per-call set-up, per-step machinery and the cache's per-step concatenation.
+"""A lean decode loop over a causal LM's forward and a preallocated KV cache: the distribution ``model.generate``
+samples from (the same inputs, warpers and draw), at less cost:
 
-What it reproduces of ``generate`` (transformers 5, ``GenerationMixin._sample``), as every draw must match:
+- one prefill per prompt: the ``P`` prompts are run once and their cache and last logits repeated for the ``n``
+  samples of each (``generate`` prefills all ``N = P * n`` rows);
+- finished rows leave the batch: a row that has produced <eos> is dropped from the next step's forward and from
+  the cache (``generate`` keeps all ``N`` rows to the end);
+- the cache writes into preallocated buffers and hands attention views of the filled length (no per-step
+  concatenation).
 
-- the batch: each prompt repeated ``n`` times (adjacent) before the prefill, all ``N`` rows kept to the end (a
-  row's logits depend on the batch it is computed in, so finished rows are neither dropped nor shared);
-- the inputs: positions ``cumsum(mask) - 1`` (0 on left padding), the 2-D mask (dropped when it is all ones:
-  SDPA then runs unmasked), ``logits_to_keep=1``, and attention over exactly the positions so far (the cache
-  writes into preallocated buffers and hands attention views of the filled length, the values and shapes a
-  ``DynamicCache`` hands it; a ``StaticCache`` attends over its whole length: other last bits of the logits);
-- the draw: float32 last-position logits, the temperature then top-p warpers, ``softmax`` and one
-  ``multinomial`` over all ``N`` rows a step (finished rows too: the RNG stream advances as in ``generate``),
-  or ``argmax`` when greedy; a finished row gets ``pad``;
-- the stop: after the step in which every row has produced <eos>, or after ``max_new_tokens`` tokens.
+What stays as ``generate`` has it (transformers 5, ``GenerationMixin._sample``): positions ``cumsum(mask) - 1``
+(0 on left padding), the 2-D mask (dropped when it is all ones), ``logits_to_keep=1``, float32 last-position
+logits, the temperature then top-p warpers, ``softmax`` and ``multinomial`` (or ``argmax`` when greedy), <eos>
+then ``pad`` after it, and the stop once every row has produced <eos> or after ``max_new_tokens`` tokens.
+
+What differs: on CPU a row's logits depend on the rows it is batched with (last bits, up to ~1e-6 on the
+organism's models), so the logits differ from ``generate``'s in their last bits, and a sampled draw consumes
+the RNG for the live rows only: the samples are draws of the same distribution, not ``generate``'s draws.
+``tests/test_lean_sampler.py`` checks every step's logits against a full forward of the decoded sequence
+(float64 tolerance 1e-5) and greedy tokens against ``generate``.
 """
 
 from __future__ import annotations
@@ -24,7 +29,7 @@ from transformers import DynamicCache, GenerationMixin
 from transformers.cache_utils import DynamicLayer
 from transformers.generation.logits_process import LogitsProcessor, TemperatureLogitsWarper, TopPLogitsWarper
 
-# generation-config fields that change nothing ``lean_tokens`` draws (ids it is given, defaults it assumes)
+# generation-config fields that change nothing of the distribution ``lean_tokens`` draws from (ids it is given, defaults it assumes)
 NEUTRAL_GENERATION_FIELDS = frozenset({"pad_token_id", "bos_token_id", "eos_token_id", "use_cache",
                                        "output_attentions", "output_hidden_states", "_from_model_config",
                                        "transformers_version"})
@@ -54,8 +59,8 @@ class Decoding:
         return self.temperature > 0
 
 
-def reproduces_generate(model: torch.nn.Module) -> bool:
-    """Whether ``lean_tokens`` draws exactly what ``model.generate`` draws for ``model``: a decoder-only LM on
+def lean_decodes(model: torch.nn.Module) -> bool:
+    """Whether ``lean_tokens`` samples ``model.generate``'s distribution for ``model``: a decoder-only LM on
     the CPU (where the equivalence is tested), on the stock input preparation, default dynamic cache and
     ``logits_to_keep``, whose generation config adds no logits processor, stopping rule or extra output of
     its own (special-token ids and defaults only)."""
@@ -69,7 +74,10 @@ def reproduces_generate(model: torch.nn.Module) -> bool:
                              "_update_model_kwargs_for_generation"))
     neutral = (set(config) <= NEUTRAL_GENERATION_FIELDS and config.get("use_cache", True) is not False
                and not config.get("output_attentions") and not config.get("output_hidden_states"))
-    return stock and neutral and model._supports_default_dynamic_cache() and model._supports_logits_to_keep()
+    plain = all(type(layer) is DynamicLayer
+                for layer in DynamicCache(config=model.config.get_text_config(decoder=True)).layers)
+    return (stock and neutral and plain and model._supports_default_dynamic_cache()
+            and model._supports_logits_to_keep())
 
 
 class PreallocatedLayer(DynamicLayer):
@@ -102,13 +110,26 @@ class PreallocatedLayer(DynamicLayer):
         self.values = self.value_buffer[..., :self.filled, :]  # (B, H, filled, D)
         return self.keys, self.values
 
+    def take_rows(self, rows: torch.Tensor) -> None:
+        """Keep the cache rows ``rows`` (B',) (indices into the batch, repeats allowed), in that order."""
+        self.key_buffer = self.key_buffer.index_select(0, rows)  # (B', H, capacity, D)
+        self.value_buffer = self.value_buffer.index_select(0, rows)  # (B', H, capacity, D)
+        self.keys = self.key_buffer[..., :self.filled, :]
+        self.values = self.value_buffer[..., :self.filled, :]
+
 
 def kv_cache(model: torch.nn.Module, capacity: int) -> DynamicCache:
-    """``generate``'s ``DynamicCache`` for ``model``, plain layers preallocated for ``capacity`` positions."""
+    """``generate``'s ``DynamicCache`` for ``model``, every layer preallocated for ``capacity`` positions
+    (``lean_decodes`` has checked that every layer is a plain ``DynamicLayer``)."""
     cache = DynamicCache(config=model.config.get_text_config(decoder=True))
-    cache.layers = [PreallocatedLayer(capacity) if type(layer) is DynamicLayer else layer
-                    for layer in cache.layers]
+    cache.layers = [PreallocatedLayer(capacity) for _ in cache.layers]
     return cache
+
+
+def take_rows(cache: DynamicCache, rows: torch.Tensor) -> None:
+    """Keep the batch rows ``rows`` (B',) of every layer of ``cache``."""
+    for layer in cache.layers:
+        layer.take_rows(rows)
 
 
 def warpers(d: Decoding) -> list[LogitsProcessor]:
@@ -145,24 +166,33 @@ def last_logits(model: torch.nn.Module, ids: torch.Tensor, mask: torch.Tensor | 
 @torch.no_grad()
 def lean_tokens(model: torch.nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor,
                 d: Decoding) -> torch.Tensor:
-    """(P*n, Lp + Lc) prompt + completion ids of left-padded (P, Lp) prompts, as ``model.generate`` returns
-    them (Lc <= ``max_new_tokens``: the steps until every row has emitted <eos>)."""
-    ids = input_ids.repeat_interleave(d.n, dim=0)  # (N, Lp)
-    mask = attention_mask.repeat_interleave(d.n, dim=0)  # (N, Lp)
-    positions = (mask.long().cumsum(-1) - 1).masked_fill(mask == 0, 0)  # (N, Lp)
-    step_mask = None if bool(mask.eq(1).all()) else mask  # (N, Lp) or None, as generate drops it
-    cache, chain = kv_cache(model, ids.shape[1] + d.max_new_tokens), warpers(d)
-    unfinished = torch.ones(ids.shape[0], dtype=torch.bool, device=ids.device)  # (N,)
-    step_ids, drawn = ids, []
-    for step in range(d.max_new_tokens):
-        if step:
-            step_ids, positions = drawn[-1][:, None], positions[:, -1:] + 1  # (N, 1), (N, 1)
-            if step_mask is not None:
-                ones = step_mask.new_ones(step_mask.shape[0], 1)  # (N, 1)
-                step_mask = torch.cat([step_mask, ones], dim=1)  # (N, Lp + step)
-        token = next_tokens(last_logits(model, step_ids, step_mask, positions, cache), chain, d)  # (N,)
-        drawn.append(torch.where(unfinished, token, d.pad_id))  # (N,)
-        unfinished &= drawn[-1].ne(d.eos_id)
-        if not bool(unfinished.any()):
+    """(P*n, Lp + Lc) prompt + completion ids of left-padded (P, Lp) prompts, laid out as ``model.generate``
+    returns them: the ``n`` samples of a prompt adjacent, ``pad`` after a row's <eos>, and Lc <=
+    ``max_new_tokens`` the steps until every row has emitted <eos>."""
+    n_rows = input_ids.shape[0] * d.n
+    mask = attention_mask  # (P, Lp), then (A, Lp + step) for the A rows still decoding
+    positions = (mask.long().cumsum(-1) - 1).masked_fill(mask == 0, 0)  # (P, Lp)
+    all_ones = bool(mask.eq(1).all())
+    cache, chain = kv_cache(model, input_ids.shape[1] + d.max_new_tokens), warpers(d)
+    logits = last_logits(model, input_ids, None if all_ones else mask, positions, cache)  # (P, V): one prefill
+    copies = torch.arange(input_ids.shape[0], device=input_ids.device).repeat_interleave(d.n)  # (N,)
+    take_rows(cache, copies)
+    logits, mask, positions = logits[copies], mask[copies], positions[copies, -1:]  # (N, V), (N, Lp), (N, 1)
+    live = torch.arange(n_rows, device=input_ids.device)  # (A,) the batch row of each decoding row
+    drawn = torch.full((n_rows, d.max_new_tokens), d.pad_id, dtype=input_ids.dtype, device=input_ids.device)
+    steps = 0
+    while True:
+        token = next_tokens(logits, chain, d)  # (A,)
+        drawn[live, steps] = token
+        steps += 1
+        going = token.ne(d.eos_id)  # (A,)
+        if steps == d.max_new_tokens or not bool(going.any()):
             break
-    return torch.cat([ids, torch.stack(drawn, dim=1)], dim=1)  # (N, Lp + Lc)
+        if not bool(going.all()):
+            kept = going.nonzero().squeeze(1)  # (A',)
+            take_rows(cache, kept)
+            live, token, mask, positions = live[kept], token[kept], mask[kept], positions[kept]
+        mask = torch.cat([mask, mask.new_ones(mask.shape[0], 1)], dim=1)  # (A, Lp + steps)
+        positions = positions + 1  # (A, 1)
+        logits = last_logits(model, token[:, None], None if all_ones else mask, positions, cache)  # (A, V)
+    return torch.cat([input_ids[copies], drawn[:, :steps]], dim=1)  # (N, Lp + Lc)

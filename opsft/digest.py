@@ -9,7 +9,8 @@ import json
 from typing import Any
 
 # Bump when a change to the code alters what a given config computes: old cache entries then miss.
-CACHE_VERSION = 1
+# 2: the lean sampler prefills once per prompt and drops finished rows; right-padded batches run unmasked.
+CACHE_VERSION = 2
 
 
 def _canonical(obj: Any) -> Any:

@@ -25,6 +25,7 @@ from opsft.checkpoints import save_state
 from opsft.config import RunConfig
 from opsft.constraint_config import constraint_from_config
 from opsft.data.real import load_examples
+from opsft.fused_layers import fuse
 from opsft.io import atomic_write, atomic_write_json, file_sha256, read_verified_manifest
 from opsft.objectives import make_objective
 from opsft.organism import tasks
@@ -103,7 +104,8 @@ def run_tokenizer(config: RunConfig) -> PreTrainedTokenizerBase:
 
 def initial_model(config: RunConfig, cache: Path | None = None) -> PreTrainedModel:
     """The weights a run starts from: the organism's base/teacher, another run's final weights, or a local
-    Hugging Face model folder (never a hub name); cast to the run's precision."""
+    Hugging Face model folder (never a hub name, its layers fused as the organism's: ``opsft.fused_layers``);
+    cast to the run's precision."""
     init = config.init
     if isinstance(init, RunConfig):
         model = run(init, cache).load_model()
@@ -111,7 +113,7 @@ def initial_model(config: RunConfig, cache: Path | None = None) -> PreTrainedMod
         org = build_organism(config.organism)
         model = copy.deepcopy(org.base if init == "base" else org.teacher)
     else:
-        model = AutoModelForCausalLM.from_pretrained(str(local_model_folder(init)), local_files_only=True)
+        model = fuse(AutoModelForCausalLM.from_pretrained(str(local_model_folder(init)), local_files_only=True))
     dtype = torch.bfloat16 if config.precision == "bf16" else torch.float32
     return model.to(dtype)
 

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 import torch
 from transformers import Qwen3Config, Qwen3ForCausalLM
 
+from opsft.fused_layers import fuse
 from opsft.organism.tokenizer import build_tokenizer
 
 
@@ -52,8 +53,10 @@ def qwen3_config(size: str, vocab_size: int, pad_id: int, bos_id: int, eos_id: i
     )
 
 
-def build_model(size: str, seed: int = 0) -> Qwen3ForCausalLM:
-    """A freshly initialised organism model of a named size, seeded, in fp32 on CPU."""
+def build_model(size: str, seed: int = 0, fused: bool = True) -> Qwen3ForCausalLM:
+    """A freshly initialised organism model of a named size, seeded, in fp32 on CPU; its MLP gates and RMS norms
+    run on the fused CPU kernels (``opsft.fused_layers.fuse``) unless ``fused=False`` (the stock transformers
+    model, e.g. for a contender that does not have them)."""
     tok = build_tokenizer()
     cfg = qwen3_config(size, len(tok), tok.pad_token_id, tok.bos_token_id, tok.eos_token_id)
     torch.manual_seed(seed)
@@ -61,7 +64,7 @@ def build_model(size: str, seed: int = 0) -> Qwen3ForCausalLM:
     model.generation_config.pad_token_id = tok.pad_token_id
     model.generation_config.eos_token_id = tok.eos_token_id
     model.generation_config.bos_token_id = tok.bos_token_id
-    return model
+    return fuse(model) if fused else model
 
 
 def parameter_count(model: torch.nn.Module) -> int:

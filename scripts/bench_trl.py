@@ -1,15 +1,34 @@
 """Step time of our trainer against TRL's on the same tiny model, written to section "trl" of results/perf.md.
 
-GRPO: ``prompts_per_step`` x ``group_size`` samples of ``max_new_tokens`` tokens a step (organism arithmetic
-prompts, the correctness reward); SFT and DFT: ``batch_size`` teacher-style trajectories a step, loss on the
-completion only. Every run trains a fresh, randomly initialised ``micro`` model (fp32, AdamW, clip 1.0) on the
-same data, with:
+GRPO and OPD: ``prompts_per_step`` x ``group_size`` samples of ``max_new_tokens`` tokens a step from the model
+itself (organism arithmetic prompts; GRPO: the correctness reward; OPD: a second randomly initialised model of
+the same size, seed 1, as the teacher); SFT and DFT: ``batch_size`` teacher-style trajectories a step, loss on
+the completion only. Every run trains a fresh, randomly initialised ``micro`` model (fp32, AdamW, clip 1.0) on
+the same data, with:
 
 - ours: ``opsft.train.train`` with a ``RolloutSource`` (``HFSampler``, the lean decode loop) or a
-  ``StaticSource``;
-- TRL, fp32, no checkpointing: GRPOTrainer / SFTTrainer with ``bf16=False, gradient_checkpointing=False``
-  (TRL's fastest CPU setting);
-- TRL defaults: only ``use_cpu=True`` (bf16 autocast and gradient checkpointing on).
+  ``StaticSource``, on the organism's model as the project trains it (MLP gates and RMS norms on the fused CPU
+  kernels of ``opsft.fused_layers``);
+- TRL, fp32, no checkpointing: GRPOTrainer / DistillationTrainer / SFTTrainer with ``bf16=False,
+  gradient_checkpointing=False`` (TRL's fastest CPU setting);
+- TRL defaults: only ``use_cpu=True`` (bf16 autocast and gradient checkpointing on);
+
+TRL's contenders train the stock transformers model (``build_model(..., fused=False)``): the same weights and
+math, without the kernels.
+
+OPD has no exact TRL counterpart; the nearest is ``trl.DistillationTrainer`` with ``beta=1.0`` (the stable home
+of ``trl.experimental.distillation``; ``trl.experimental.gkd.GKDTrainer`` with ``lmbda=1.0, temperature=1.0``
+defers to it, and its collator wants chat messages): fully on-policy student samples, loss the reverse KL to the
+teacher over the whole vocabulary at each completion position, KL(pi_S(.|y_<t) || pi_T(.|y_<t)), averaged over
+the batch's completion tokens (the teacher's full logits, projected chunk by chunk). Ours
+(``ObjectiveConfig(name="opd")``: pure OPD, every token, clip 0.2 / 0.28) scores only the sampled token: the
+advantage a_t = log pi_T(y_t) - log pi_S(y_t) in the clipped policy-gradient surrogate, a mean over each
+completion's tokens, then over sequences. With one update per batch (ratio 1) its gradient, -a_t grad log
+pi_S(y_t), is a one-sample estimate of the gradient of TRL's per-position reverse KL: the same expected
+per-token gradient, not the same loss (no vocabulary-sized teacher term; a per-sequence mean). TRL samples one
+completion per dataset row, so each prompt fills ``group_size`` consecutive rows, unshuffled: a step is then
+``prompts_per_step`` prompts x ``group_size`` samples, as ours. The prompts are plain text (the trainer's
+standard format), so our character tokenizer needs no chat template.
 
 A step is the wall time between two consecutive optimizer-step ends (sampling, scoring, forward, backward,
 optimizer, and the trainer's bookkeeping). Each run times ``steps`` steps after ``warmup``; the contenders
@@ -48,13 +67,15 @@ from opsft.train import make_optimizer, train
 LR = 1e-5
 OPTIM = OptimConfig(lr=LR)  # AdamW, weight decay 0.1, betas (0.9, 0.98), clip 1.0: given to TRL as well
 GRPO = ObjectiveConfig(name="grpo")  # clip 0.2 / 0.28, no KL, per-sequence mean = TRL loss_type "grpo"
-METHODS = ("grpo", "sft", "dft")
+OPD = ObjectiveConfig(name="opd")  # pure OPD (alpha 1), every token, student rollouts, clip 0.2 / 0.28, no KL
+TEACHER_SEED = 1  # the OPD teacher: a second random model of the same size
+METHODS = ("grpo", "opd", "sft", "dft")
 CONTENDERS = ("ours", "TRL fp32, no checkpointing", "TRL defaults")
 
 
 @dataclass(frozen=True)
 class Sizes:
-    """One benchmark setting: the model size, the batch geometry (GRPO: ``prompts_per_step`` x ``group_size`` x
+    """One benchmark setting: the model size, the batch geometry (GRPO/OPD: ``prompts_per_step`` x ``group_size`` x
     ``max_new_tokens``; SFT/DFT: ``batch_size``; ``n_problems`` of ``family``) and the timing budget."""
 
     model: str
@@ -92,14 +113,17 @@ def problems(sizes: Sizes) -> list[tasks.Problem]:
 
 
 def run_ours(method: str, sizes: Sizes, clock: StepClock) -> None:
-    """Our loop: GRPO on rollouts of the model itself, SFT/DFT on the problems' solutions."""
+    """Our loop: GRPO / OPD on rollouts of the model itself (OPD against the teacher's log-probabilities, as
+    ``opsft.runs.make_source`` wires it), SFT/DFT on the problems' solutions."""
     tok, model, src = build_tokenizer(), build_model(sizes.model, seed=0), sizes.source
-    if method == "grpo":
+    if method in ("grpo", "opd"):
+        cfg = GRPO if method == "grpo" else OPD
+        teacher = build_model(sizes.model, seed=TEACHER_SEED).eval() if method == "opd" else None
         examples = [Example(p.prompt, "", p) for p in problems(sizes)]
         source = RolloutSource(examples, HFSampler(tok), reward, prompts_per_step=src.prompts_per_step,
                                group_size=src.group_size, temperature=src.temperature,
-                               max_new_tokens=src.max_new_tokens, seed=0, objective=GRPO)
-        objective = make_objective(GRPO)
+                               max_new_tokens=src.max_new_tokens, seed=0, objective=cfg, teacher=teacher)
+        objective = make_objective(cfg)
     else:
         examples = [Example(p.prompt, p.solution, p) for p in problems(sizes)]
         source = StaticSource(examples, tok, src.batch_size, seed=0)
@@ -109,7 +133,8 @@ def run_ours(method: str, sizes: Sizes, clock: StepClock) -> None:
 
 
 def trl_trainer(method: str, sizes: Sizes, fastest: bool, output_dir: str, clock: StepClock):
-    """TRL's GRPOTrainer or SFTTrainer on the same model, data, batch geometry and optimizer settings."""
+    """TRL's GRPOTrainer, DistillationTrainer (OPD's nearest equivalent: reverse KL, ``beta=1.0``, see the module
+    docstring) or SFTTrainer on the same model, data, batch geometry and optimizer settings."""
     import trl
     from datasets import Dataset
 
@@ -121,7 +146,7 @@ def trl_trainer(method: str, sizes: Sizes, fastest: bool, output_dir: str, clock
                   dataloader_num_workers=0, seed=0)
     if fastest:
         common.update(bf16=False, gradient_checkpointing=False)
-    model, tok = build_model(sizes.model, seed=0), build_tokenizer()
+    model, tok = build_model(sizes.model, seed=0, fused=False), build_tokenizer()
     if method == "grpo":
         def correct(completions: list[str], index: list[int], **_) -> list[float]:
             return [reward(items[i], c) for c, i in zip(completions, index, strict=True)]
@@ -133,6 +158,14 @@ def trl_trainer(method: str, sizes: Sizes, fastest: bool, output_dir: str, clock
         data = Dataset.from_dict({"prompt": [p.prompt for p in items], "index": list(range(len(items)))})
         return trl.GRPOTrainer(model=model, reward_funcs=[correct], args=args, train_dataset=data,
                                processing_class=tok, callbacks=[clock])
+    if method == "opd":
+        args = trl.DistillationConfig(per_device_train_batch_size=src.prompts_per_step * src.group_size,
+                                      max_completion_length=src.max_new_tokens, temperature=src.temperature,
+                                      beta=1.0, shuffle_dataset=False, **common)
+        data = Dataset.from_dict({"prompt": [p.prompt for p in items for _ in range(src.group_size)]})
+        teacher = build_model(sizes.model, seed=TEACHER_SEED, fused=False)
+        return trl.DistillationTrainer(model=model, teacher_model=teacher,
+                                       args=args, train_dataset=data, processing_class=tok, callbacks=[clock])
     args = trl.SFTConfig(per_device_train_batch_size=src.batch_size, loss_type="nll" if method == "sft" else "dft",
                          **common)
     data = Dataset.from_dict({"prompt": [p.prompt for p in items], "completion": [p.solution for p in items]})
@@ -163,7 +196,8 @@ def measure(sizes: Sizes, log: Callable[[str], None] = print) -> dict[tuple[str,
         for method in METHODS:
             for contender in order:
                 out[method, contender].append(time_contender(contender, method, sizes))
-                log(f"repeat {r + 1}/{sizes.repeats} {method:4s} {contender}: {1e3 * out[method, contender][-1]:.1f} ms")
+                ms = 1e3 * out[method, contender][-1]
+                log(f"repeat {r + 1}/{sizes.repeats} {method:4s} {contender}: {ms:.1f} ms")
     return out
 
 
@@ -174,9 +208,13 @@ def render(times: dict[tuple[str, str], list[float]], sizes: Sizes, prov: dict, 
     params, src = parameter_count(build_model(sizes.model)), sizes.source
     lines = [
         f"Step time of our trainer against TRL {trl.__version__}, `{sizes.model}` model ({params / 1e6:.2f}M params, "
-        f"random init, fp32): GRPO {src.prompts_per_step} prompts x {src.group_size} samples x "
-        f"{src.max_new_tokens} new tokens; SFT/DFT batch {src.batch_size}, completion-only loss. Median over {sizes.repeats} alternating repeats of "
-        f"the median of {sizes.steps} steps (after {sizes.warmup} warm-up). `python scripts/bench_trl.py`",
+        f"random init, fp32): GRPO/OPD {src.prompts_per_step} prompts x {src.group_size} samples x "
+        f"{src.max_new_tokens} new tokens; SFT/DFT batch {src.batch_size}, completion-only loss. OPD: a second "
+        f"random model (seed {TEACHER_SEED}) as the teacher; ours scores the sampled token (advantage "
+        "log pi_T - log pi_S), TRL's DistillationTrainer (beta 1.0) the reverse KL over the full vocabulary: the "
+        "nearest TRL equivalent, the same expected per-token gradient, not the same loss. Median over "
+        f"{sizes.repeats} alternating repeats of the median of {sizes.steps} steps (after {sizes.warmup} warm-up). "
+        "`python scripts/bench_trl.py`",
         f"commit {(prov['commit'] or '?')[:7]} (dirty: {prov['dirty']}), torch {prov['torch']}, transformers "
         f"{prov['transformers']}, {prov['machine']['cpu']}, {prov['machine']['torch_threads']} threads on "
         f"{prov['machine']['cores']} cores, load average {load[0]:.1f} before / {load[1]:.1f} after, {prov['utc']}",

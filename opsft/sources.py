@@ -35,23 +35,26 @@ def step_seed(seed: int, step: int, salt: int = 0) -> int:
     return (seed * 1_000_003 + step * 7_919 + salt * 104_729) % (2**31 - 1)
 
 
+def encode_pair(tokenizer: PreTrainedTokenizerBase, prompt: str, completion: str) -> tuple[list[int], list[int]]:
+    """``<bos> prompt completion <eos>`` token ids and the target mask over its positions but the last: 1 where
+    the next token is a completion token or the <eos> (target t predicts token t + 1)."""
+    p = tokenizer(prompt)["input_ids"]  # includes <bos>
+    c = tokenizer(completion, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
+    return p + c, [0] * (len(p) - 1) + [1] * len(c)
+
+
+def pad_encoded(rows: Sequence[tuple[list[int], list[int]]], pad_id: int) -> Batch:
+    """Right-padded ``input_ids`` / ``attention_mask`` (B, L) and target ``mask`` (B, L - 1) of encoded pairs."""
+    width = max(len(ids) for ids, _ in rows)
+    input_ids = torch.tensor([ids + [pad_id] * (width - len(ids)) for ids, _ in rows], dtype=torch.long)
+    attention = torch.tensor([[1] * len(ids) + [0] * (width - len(ids)) for ids, _ in rows], dtype=torch.long)
+    target = torch.tensor([mask + [0] * (width - 1 - len(mask)) for _, mask in rows], dtype=torch.float32)
+    return {"input_ids": input_ids, "attention_mask": attention, "mask": target}
+
+
 def encode_pairs(tokenizer: PreTrainedTokenizerBase, pairs: Sequence[tuple[str, str]]) -> Batch:
     """Right-padded ``<bos> prompt completion <eos>`` sequences with a target mask on completion + <eos>."""
-    rows, masks = [], []
-    for prompt, completion in pairs:
-        p = tokenizer(prompt)["input_ids"]  # includes <bos>
-        c = tokenizer(completion, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
-        rows.append(p + c)
-        masks.append([0] * (len(p) - 1) + [1] * len(c))  # target t predicts token t+1
-    width = max(len(r) for r in rows)
-    input_ids = torch.full((len(rows), width), tokenizer.pad_token_id, dtype=torch.long)
-    attention = torch.zeros((len(rows), width), dtype=torch.long)
-    target = torch.zeros((len(rows), width - 1), dtype=torch.float32)
-    for i, (r, m) in enumerate(zip(rows, masks, strict=True)):
-        input_ids[i, : len(r)] = torch.tensor(r)
-        attention[i, : len(r)] = 1
-        target[i, : len(m)] = torch.tensor(m, dtype=torch.float32)
-    return {"input_ids": input_ids, "attention_mask": attention, "mask": target}
+    return pad_encoded([encode_pair(tokenizer, p, c) for p, c in pairs], tokenizer.pad_token_id)
 
 
 class StaticSource:
@@ -61,6 +64,7 @@ class StaticSource:
         if not examples:
             raise ValueError("StaticSource needs at least one example")
         self.examples, self.tokenizer, self.batch_size, self.seed = list(examples), tokenizer, batch_size, seed
+        self._encoded: dict[int, tuple[list[int], list[int]]] = {}
 
     def indices(self, step: int) -> list[int]:
         """Example indices of a step: epochs are seeded permutations laid end to end."""
@@ -73,10 +77,16 @@ class StaticSource:
             out.append(int(perms[epoch][offset]))
         return out
 
+    def encoded(self, index: int) -> tuple[list[int], list[int]]:
+        """Token ids and target mask of example ``index``, tokenized on first use only."""
+        if index not in self._encoded:
+            e = self.examples[index]
+            self._encoded[index] = encode_pair(self.tokenizer, e.prompt, e.completion)
+        return self._encoded[index]
+
     def batch(self, model: torch.nn.Module, step: int) -> Batch:
         """The step's trajectories, encoded for the loss (the model is not consulted)."""
-        chosen = [self.examples[i] for i in self.indices(step)]
-        return encode_pairs(self.tokenizer, [(e.prompt, e.completion) for e in chosen])
+        return pad_encoded([self.encoded(i) for i in self.indices(step)], self.tokenizer.pad_token_id)
 
 
 RewardFn = Callable[[object, str], float]

@@ -28,9 +28,16 @@ def _cpu_model() -> str:
     return platform.processor() or "unknown"
 
 
+# What runs write into the checkout (results pages and saved claims runs): changes there are outputs, not code, so
+# they leave a checkout clean (the main job writes results/organism.md before it saves the claims).
+OUTPUT_PATHS = ("results", ".claims")
+
+
 def git_state() -> tuple[str | None, bool | None]:
-    """The checkout's commit and whether tracked files have uncommitted changes (None: not a git checkout)."""
-    status = _git("status", "--porcelain", "--untracked-files=no")
+    """The checkout's commit and whether tracked files outside ``OUTPUT_PATHS`` have uncommitted changes (None:
+    not a git checkout)."""
+    status = _git("status", "--porcelain", "--untracked-files=no", "--", ":(top)",
+                  *(f":(top,exclude){p}" for p in OUTPUT_PATHS))
     return _git("rev-parse", "HEAD"), (bool(status) if status is not None else None)
 
 

@@ -15,12 +15,17 @@ from opsft.claims.arms import baseline
 from opsft.claims.measure import direction_consistency
 
 
+def arms(scale_name, scale, seed):
+    """The runs: the calibration's SFT, OPD and GRPO runs."""
+    return {method: baseline(method, scale, seed) for method in ("sft", "opd", "grpo")}
+
+
 @pytest.mark.claim("C01")
 def test_claim_direction_consistency(claim, seed):
     """Consecutive interval cosine: SFT > 0.2, GRPO and OPD within 0.1 of 0; cosine of the first cumulative
     update with the final one: SFT above GRPO and above OPD."""
-    for method in ("sft", "opd", "grpo"):
-        result = claim.run(baseline(method, claim.scale, seed))
+    for method, cfg in arms(claim.scale_name, claim.scale, seed).items():
+        result = claim.run(cfg)
         measured = claim.record(method, seed, **direction_consistency(result))
         for name, value in measured.items():
             assert math.isnan(value) or -1 - 1e-9 <= value <= 1 + 1e-9, f"{method}: {name} = {value} is no cosine"

@@ -16,14 +16,18 @@ from opsft.claims.measure import accuracies
 from opsft.organism.build import build_organism
 
 
+def arms(scale_name, scale, seed):
+    """The runs: the calibration's SFT and GRPO, and OPSFT with v from that GRPO run (``opsft_recipe``)."""
+    grpo, sft = baseline("grpo", scale, seed), baseline("sft", scale, seed)
+    return {"sft": sft, "grpo": grpo, "opsft": opsft_recipe(sft, grpo, "sign")}
+
+
 @pytest.mark.claim("C02")
 def test_claim_sign_beats_sft(claim, seed):
     """Held-out in-domain accuracy: OPSFT > SFT, and OPSFT within the registered tolerance of GRPO."""
-    grpo, sft = baseline("grpo", claim.scale, seed), baseline("sft", claim.scale, seed)
-    org = build_organism(sft.organism)
-    opsft = opsft_recipe(sft, grpo, "sign")
-    models = {"base": org.base, **{arm: claim.run(cfg).load_model() for arm, cfg in
-                                   (("sft", sft), ("grpo", grpo), ("opsft", opsft))}}
+    configs = arms(claim.scale_name, claim.scale, seed)
+    org = build_organism(configs["sft"].organism)
+    models = {"base": org.base, **{arm: claim.run(cfg).load_model() for arm, cfg in configs.items()}}
     for arm, model in models.items():
         measured = claim.record(arm, seed, **accuracies(model, org.tokenizer, claim.scale))
         assert all(0 <= v <= 100 for v in measured.values()), f"{arm}: accuracy outside [0, 100]: {measured}"

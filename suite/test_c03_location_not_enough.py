@@ -13,12 +13,18 @@ from opsft.claims.measure import accuracies
 from opsft.organism.build import build_organism
 
 
+def arms(scale_name, scale, seed):
+    """The runs: the calibration's SFT, and SFT under the location mask and under the sign of the calibration's
+    GRPO run (``opsft_recipe``)."""
+    grpo, sft = baseline("grpo", scale, seed), baseline("sft", scale, seed)
+    return {"sft": sft, "location": opsft_recipe(sft, grpo, "location"), "opsft": opsft_recipe(sft, grpo, "sign")}
+
+
 @pytest.mark.claim("C03")
 def test_claim_location_not_enough(claim, seed):
     """Held-out in-domain accuracy: location-only no better than SFT; the sign constraint above location-only."""
-    grpo, sft = baseline("grpo", claim.scale, seed), baseline("sft", claim.scale, seed)
-    org = build_organism(sft.organism)
-    arms = {"sft": sft, "location": opsft_recipe(sft, grpo, "location"), "opsft": opsft_recipe(sft, grpo, "sign")}
-    for arm, cfg in arms.items():
+    configs = arms(claim.scale_name, claim.scale, seed)
+    org = build_organism(configs["sft"].organism)
+    for arm, cfg in configs.items():
         measured = claim.record(arm, seed, **accuracies(claim.run(cfg).load_model(), org.tokenizer, claim.scale))
         assert all(0 <= v <= 100 for v in measured.values()), f"{arm}: accuracy outside [0, 100]: {measured}"

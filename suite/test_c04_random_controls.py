@@ -16,12 +16,18 @@ from opsft.organism.build import build_organism
 MASKS = {"random_location": "random-location", "location": "location", "random_sign": "random-sign", "opsft": "sign"}
 
 
+def arms(scale_name, scale, seed):
+    """The runs: the calibration's SFT under each of the four masks (``MASKS``) built from its GRPO run's v."""
+    grpo, sft = baseline("grpo", scale, seed), baseline("sft", scale, seed)
+    return {arm: opsft_recipe(sft, grpo, mode, **({"seed": seed} if mode.startswith("random") else {}))
+            for arm, mode in MASKS.items()}
+
+
 @pytest.mark.claim("C04")
 def test_claim_random_controls(claim, seed):
     """Held-out in-domain accuracy of SFT under each of the four masks."""
-    grpo, sft = baseline("grpo", claim.scale, seed), baseline("sft", claim.scale, seed)
-    org = build_organism(sft.organism)
-    for arm, mode in MASKS.items():
-        cfg = opsft_recipe(sft, grpo, mode, **({"seed": seed} if mode.startswith("random") else {}))
+    configs = arms(claim.scale_name, claim.scale, seed)
+    org = build_organism(configs["opsft"].organism)
+    for arm, cfg in configs.items():
         measured = claim.record(arm, seed, **accuracies(claim.run(cfg).load_model(), org.tokenizer, claim.scale))
         assert all(0 <= v <= 100 for v in measured.values()), f"{arm}: accuracy outside [0, 100]: {measured}"

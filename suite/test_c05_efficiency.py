@@ -26,20 +26,26 @@ from opsft.claims.timing import time_to_step
 from opsft.organism.build import build_organism
 
 
+def arms(scale_name, scale, seed):
+    """The runs: the calibration's GRPO run, SFT and DFT lengthened to the paper's 700 : 100, and OPSFT with v
+    from that GRPO run at half its steps (``opsft_recipe``)."""
+    grpo, sft = baseline("grpo", scale, seed), baseline("sft", scale, seed)
+    long_sft = lengthened(sft, PAPER_SFT_STEPS_PER_GRPO_STEP)
+    return {"grpo": grpo, "sft": long_sft, "dft": with_objective(long_sft, "dft"),
+            "opsft": opsft_recipe(sft, grpo, "sign")}
+
+
 @pytest.mark.claim("C05")
 def test_claim_efficiency(claim, seed):
     """Held-out accuracy and wall time of GRPO, long SFT, long DFT and (half GRPO + OPSFT)."""
-    grpo, sft = baseline("grpo", claim.scale, seed), baseline("sft", claim.scale, seed)
-    long_sft = lengthened(sft, PAPER_SFT_STEPS_PER_GRPO_STEP)
-    opsft = opsft_recipe(sft, grpo, "sign")
-    org = build_organism(sft.organism)
-    finding_v = time_to_step(claim.run(grpo), opsft.constraint.direction_step)
-    recipes = {"grpo": (grpo, 0.0), "sft": (long_sft, 0.0), "dft": (with_objective(long_sft, "dft"), 0.0),
-               "opsft": (opsft, finding_v)}  # arm: (its last run, seconds spent before that run)
+    configs = arms(claim.scale_name, claim.scale, seed)
+    org = build_organism(configs["sft"].organism)
+    finding_v = time_to_step(claim.run(configs["grpo"]), configs["opsft"].constraint.direction_step)
+    earlier = {"opsft": finding_v}  # arm: seconds spent before its last run (default 0)
     seconds = {}
-    for arm, (cfg, earlier) in recipes.items():
+    for arm, cfg in configs.items():  # each recipe's last run
         result = claim.run(cfg)
-        seconds[arm] = earlier + result.wall_time
+        seconds[arm] = earlier.get(arm, 0.0) + result.wall_time
         measured = claim.record(arm, seed, wall_time=seconds[arm],
                                 **accuracies(result.load_model(), org.tokenizer, claim.scale))
         assert measured["wall_time"] > 0 and all(0 <= measured[k] <= 100 for k in ("in_domain", "train_set"))

@@ -16,14 +16,20 @@ from opsft.claims.measure import accuracies
 from opsft.organism.build import build_organism
 
 
+def arms(scale_name, scale, seed):
+    """The runs: the calibration's GRPO run, and lengthened SFT continued from it, unconstrained and under the sign
+    of its whole update."""
+    grpo, sft = baseline("grpo", scale, seed), baseline("sft", scale, seed)
+    sft_cont = continued(lengthened(sft, PAPER_SFT_STEPS_PER_GRPO_STEP), grpo)
+    return {"grpo": grpo, "sft_cont": sft_cont,
+            "opsft_cont": constrained(sft_cont, grpo, "sign", direction_step=None)}
+
+
 @pytest.mark.claim("C06")
 def test_claim_continued_training(claim, seed):
     """Held-out accuracy of the GRPO model, and of SFT and OPSFT continued from it."""
-    grpo, sft = baseline("grpo", claim.scale, seed), baseline("sft", claim.scale, seed)
-    sft_cont = continued(lengthened(sft, PAPER_SFT_STEPS_PER_GRPO_STEP), grpo)
-    arms = {"grpo": grpo, "sft_cont": sft_cont,
-            "opsft_cont": constrained(sft_cont, grpo, "sign", direction_step=None)}
-    org = build_organism(sft.organism)
-    for arm, cfg in arms.items():
+    configs = arms(claim.scale_name, claim.scale, seed)
+    org = build_organism(configs["sft_cont"].organism)
+    for arm, cfg in configs.items():
         measured = claim.record(arm, seed, **accuracies(claim.run(cfg).load_model(), org.tokenizer, claim.scale))
         assert all(0 <= v <= 100 for v in measured.values()), f"{arm}: accuracy outside [0, 100]: {measured}"

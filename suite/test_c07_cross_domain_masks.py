@@ -29,13 +29,22 @@ from opsft.organism.build import build_organism
 FAMILIES = {"own": "arith", "other_math": "arith_alt", "code": "code"}
 
 
+def arms(scale_name, scale, seed):
+    """The runs: the calibration's GRPO run on each family (``grpo_<arm>``, the sources of v), and OPSFT on math-A's
+    trajectories with v from each (``<arm>``)."""
+    grpo, sft = baseline("grpo", scale, seed), baseline("sft", scale, seed)
+    sources = {arm: on_family(grpo, family) for arm, family in FAMILIES.items()}
+    return {**{f"grpo_{arm}": source for arm, source in sources.items()},
+            **{arm: opsft_recipe(sft, source, "sign") for arm, source in sources.items()}}
+
+
 @pytest.mark.claim("C07")
 def test_claim_cross_domain_masks(claim, seed):
     """Overlap and cosine of v from math-A, math-B and code; OPSFT accuracy on math-A with each v."""
-    grpo, sft = baseline("grpo", claim.scale, seed), baseline("sft", claim.scale, seed)
-    org = build_organism(sft.organism)
-    sources = {arm: on_family(grpo, family) for arm, family in FAMILIES.items()}
-    step = grpo.steps // 2
+    configs = arms(claim.scale_name, claim.scale, seed)
+    org = build_organism(configs["own"].organism)
+    sources = {arm: configs[f"grpo_{arm}"] for arm in FAMILIES}
+    step = sources["own"].steps // 2
     snapshots = {arm: (claim.run(cfg).snapshot(0), claim.run(cfg).snapshot(step)) for arm, cfg in sources.items()}
     for pair, other in (("math_ab", "other_math"), ("math_code", "code")):
         overall = compare_checkpoints(*snapshots["own"], *snapshots[other], rule="bf16")["overall"]
@@ -46,7 +55,7 @@ def test_claim_cross_domain_masks(claim, seed):
     code_steps = claim.run(sources["code"]).metrics
     claim.record("code", seed, grpo_mean_reward=100 * statistics.fmean(m["reward"] for m in code_steps),
                  grpo_steps_with_gradient=statistics.fmean(m["grad_norm"] > 0 for m in code_steps))
-    for arm, source in sources.items():
-        measured = claim.record(arm, seed, **accuracies(claim.run(opsft_recipe(sft, source, "sign")).load_model(),
-                                                        org.tokenizer, claim.scale))
+    for arm in FAMILIES:
+        measured = claim.record(arm, seed, **accuracies(claim.run(configs[arm]).load_model(), org.tokenizer,
+                                                        claim.scale))
         assert all(0 <= v <= 100 for v in measured.values()), f"{arm}: accuracy outside [0, 100]: {measured}"

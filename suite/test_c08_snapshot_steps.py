@@ -15,16 +15,21 @@ from opsft.claims.measure import accuracies
 from opsft.organism.build import build_organism
 
 
+def arms(scale_name, scale, seed):
+    """The runs: OPSFT (``opsft_recipe``) with v from the calibration's GRPO run at its first three snapshots."""
+    grpo, sft = baseline("grpo", scale, seed), baseline("sft", scale, seed)
+    base_cfg = opsft_recipe(sft, grpo, "sign")
+    return {arm: dataclasses.replace(base_cfg, constraint=dataclasses.replace(base_cfg.constraint, direction_step=step))
+            for arm, step in zip(("v_early", "v_mid", "v_late"), grpo.snapshot_steps[:3], strict=True)}
+
+
 @pytest.mark.claim("C08")
 def test_claim_snapshot_steps(claim, seed):
     """OPSFT accuracy with v from three GRPO snapshots (1:2:3), and whether its returns diminish."""
-    grpo, sft = baseline("grpo", claim.scale, seed), baseline("sft", claim.scale, seed)
-    org = build_organism(sft.organism)
-    early, mid, late = grpo.snapshot_steps[:3]
+    configs = arms(claim.scale_name, claim.scale, seed)
+    org = build_organism(configs["v_early"].organism)
     scores = {}
-    for arm, step in (("v_early", early), ("v_mid", mid), ("v_late", late)):
-        base_cfg = opsft_recipe(sft, grpo, "sign")
-        cfg = dataclasses.replace(base_cfg, constraint=dataclasses.replace(base_cfg.constraint, direction_step=step))
+    for arm, cfg in configs.items():
         scores[arm] = claim.record(arm, seed, **accuracies(claim.run(cfg).load_model(), org.tokenizer,
                                                            claim.scale))["in_domain"]
     gain = claim.record("snapshots", seed, diminishing=(scores["v_mid"] - scores["v_early"])

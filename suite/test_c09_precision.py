@@ -18,14 +18,25 @@ from opsft.organism.build import build_organism
 ROWS = {"fp32": GRID[0], "bf16": next(r for r in GRID if r["precision"] == "bf16")}
 
 
+def arms(scale_name, scale, seed):
+    """The runs, per precision (``ROWS``): that row's SFT, OPSFT with v from its GRPO run, and that GRPO run
+    (``<arm>_<precision>``)."""
+    out = {}
+    for precision, row in ROWS.items():
+        grpo, sft = baseline("grpo", scale, seed, row), baseline("sft", scale, seed, row)
+        out |= {f"sft_{precision}": sft, f"opsft_{precision}": opsft_recipe(sft, grpo, "sign"),
+                f"grpo_{precision}": grpo}
+    return out
+
+
 @pytest.mark.claim("C09")
 def test_claim_precision(claim, seed):
     """Visibly updated share (%) and held-out in-domain accuracy of SFT, OPSFT and GRPO in both precisions."""
-    for precision, row in ROWS.items():
-        grpo, sft = baseline("grpo", claim.scale, seed, row), baseline("sft", claim.scale, seed, row)
-        org = build_organism(sft.organism)
-        for arm, cfg in (("sft", sft), ("opsft", opsft_recipe(sft, grpo, "sign")), ("grpo", grpo)):
-            result = claim.run(cfg)
+    configs = arms(claim.scale_name, claim.scale, seed)
+    for precision in ROWS:
+        org = build_organism(configs[f"sft_{precision}"].organism)
+        for arm in ("sft", "opsft", "grpo"):
+            result = claim.run(configs[f"{arm}_{precision}"])
             updated = 100 * bf16_sparsity(result.snapshot(0), result.snapshot())["overall"]["updated"]
             in_domain = accuracies(result.load_model(), org.tokenizer, claim.scale)["in_domain"]
             measured = claim.record(f"{arm}_{precision}", seed, updated_pct=updated, in_domain=in_domain)

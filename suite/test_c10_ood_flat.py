@@ -26,13 +26,18 @@ from opsft.organism.build import build_organism
 FLOOR, CEILING = 5.0, 95.0
 
 
+def arms(scale_name, scale, seed):
+    """The runs (C02's): the calibration's SFT and GRPO, and OPSFT with v from that GRPO run (``opsft_recipe``)."""
+    grpo, sft = baseline("grpo", scale, seed), baseline("sft", scale, seed)
+    return {"sft": sft, "grpo": grpo, "opsft": opsft_recipe(sft, grpo, "sign")}
+
+
 @pytest.mark.claim("C10")
 def test_claim_ood_flat(claim, seed):
     """Mean out-of-domain accuracy of SFT, GRPO and OPSFT each within the registered tolerance of the base's."""
-    grpo, sft = baseline("grpo", claim.scale, seed), baseline("sft", claim.scale, seed)
-    org = build_organism(sft.organism)
-    models = {"base": org.base, **{arm: claim.run(cfg).load_model() for arm, cfg in
-                                   (("sft", sft), ("grpo", grpo), ("opsft", opsft_recipe(sft, grpo, "sign")))}}
+    configs = arms(claim.scale_name, claim.scale, seed)
+    org = build_organism(configs["sft"].organism)
+    models = {"base": org.base, **{arm: claim.run(cfg).load_model() for arm, cfg in configs.items()}}
     ood = {arm: ood_accuracies(model, org.tokenizer, claim.scale) for arm, model in models.items()}
     informative = [f for f in tasks.HELD_OUT if FLOOR < ood["base"][f] < CEILING]
     left_out = {f"left_out_{f}": 1.0 for f in tasks.HELD_OUT if f not in informative}

@@ -31,16 +31,23 @@ from opsft.claims.measure import code_accuracies
 from opsft.organism.build import build_organism
 
 
+def arms(scale_name, scale, seed):
+    """The runs, all on the code family: the calibration's SFT and GRPO, OPSFT with v from that GRPO run, and
+    lengthened SFT continued from GRPO, unconstrained and under the sign of its whole update."""
+    grpo = on_family(baseline("grpo", scale, seed), "code")
+    sft = on_family(baseline("sft", scale, seed), "code")
+    sft_cont = continued(lengthened(sft, PAPER_SFT_STEPS_PER_GRPO_STEP), grpo)
+    return {"sft": sft, "grpo": grpo, "opsft": opsft_recipe(sft, grpo, "sign"), "sft_cont": sft_cont,
+            "opsft_cont": constrained(sft_cont, grpo, "sign", direction_step=None)}
+
+
 @pytest.mark.claim("C11")
 def test_claim_code_domain(claim, seed):
     """Code accuracy through evalplus: OPSFT > SFT from the base, and again when both continue from GRPO."""
-    grpo = on_family(baseline("grpo", claim.scale, seed), "code")
-    sft = on_family(baseline("sft", claim.scale, seed), "code")
-    sft_cont = continued(lengthened(sft, PAPER_SFT_STEPS_PER_GRPO_STEP), grpo)
-    arms = {"sft": sft, "grpo": grpo, "opsft": opsft_recipe(sft, grpo, "sign"), "sft_cont": sft_cont,
-            "opsft_cont": constrained(sft_cont, grpo, "sign", direction_step=None)}
+    configs = arms(claim.scale_name, claim.scale, seed)
+    sft = configs["sft"]
     org = build_organism(sft.organism)
-    runs = {arm: claim.run(cfg) for arm, cfg in arms.items()}
+    runs = {arm: claim.run(cfg) for arm, cfg in configs.items()}
     models = {"base": org.base, **{arm: result.load_model() for arm, result in runs.items()}}
     for arm, model in models.items():
         measured = claim.record(arm, seed, **code_accuracies(model, org.tokenizer, claim.scale,

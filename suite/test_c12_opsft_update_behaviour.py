@@ -17,12 +17,16 @@ from opsft.claims.arms import baseline, opsft_recipe
 from opsft.claims.measure import closer_to, update_behaviour
 
 
+def arms(scale_name, scale, seed):
+    """The runs (C02's): the calibration's SFT and GRPO, and OPSFT with v from that GRPO run (``opsft_recipe``)."""
+    grpo, sft = baseline("grpo", scale, seed), baseline("sft", scale, seed)
+    return {"sft": sft, "grpo": grpo, "opsft": opsft_recipe(sft, grpo, "sign")}
+
+
 @pytest.mark.claim("C12")
 def test_claim_opsft_update_behaviour(claim, seed):
     """For sparsity, Jaccard and cosine series, OPSFT's curve lies nearer GRPO's than SFT's."""
-    grpo, sft = baseline("grpo", claim.scale, seed), baseline("sft", claim.scale, seed)
-    series = {arm: update_behaviour(claim.run(cfg))
-              for arm, cfg in (("sft", sft), ("grpo", grpo), ("opsft", opsft_recipe(sft, grpo, "sign")))}
+    series = {arm: update_behaviour(claim.run(cfg)) for arm, cfg in arms(claim.scale_name, claim.scale, seed).items()}
     for arm, curves in series.items():
         claim.record(arm, seed, **{f"mean_{name}": statistics.fmean(curve) for name, curve in curves.items()})
     for name in ("sparsity", "jaccard", "cosine"):

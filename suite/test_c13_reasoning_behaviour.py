@@ -21,13 +21,18 @@ from opsft.claims.measure import behaviour_curves, closer_to, relative_gap
 from opsft.organism.build import build_organism
 
 
+def arms(scale_name, scale, seed):
+    """The runs (C02's): the calibration's SFT and GRPO, and OPSFT with v from that GRPO run (``opsft_recipe``)."""
+    grpo, sft = baseline("grpo", scale, seed), baseline("sft", scale, seed)
+    return {"sft": sft, "grpo": grpo, "opsft": opsft_recipe(sft, grpo, "sign")}
+
+
 @pytest.mark.claim("C13")
 def test_claim_reasoning_behaviour(claim, seed):
     """OPSFT's length within 20% of SFT's and GRPO's; its accuracy std and cue rates nearer GRPO's than SFT's."""
-    grpo, sft = baseline("grpo", claim.scale, seed), baseline("sft", claim.scale, seed)
-    tokenizer = build_organism(sft.organism).tokenizer
-    curves = {arm: behaviour_curves(claim.run(cfg), tokenizer, claim.scale)
-              for arm, cfg in (("sft", sft), ("grpo", grpo), ("opsft", opsft_recipe(sft, grpo, "sign")))}
+    configs = arms(claim.scale_name, claim.scale, seed)
+    tokenizer = build_organism(configs["sft"].organism).tokenizer
+    curves = {arm: behaviour_curves(claim.run(cfg), tokenizer, claim.scale) for arm, cfg in configs.items()}
     for arm, arm_curves in curves.items():
         claim.record(arm, seed, **{f"final_{name}": curve[-1] for name, curve in arm_curves.items()})
     opsft, sft_c, grpo_c = curves["opsft"], curves["sft"], curves["grpo"]

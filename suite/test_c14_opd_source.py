@@ -12,11 +12,17 @@ from opsft.claims.measure import accuracies
 from opsft.organism.build import build_organism
 
 
+def arms(scale_name, scale, seed):
+    """The runs: the calibration's SFT and OPD, and OPSFT with v from that OPD run (``opsft_recipe``)."""
+    opd, sft = baseline("opd", scale, seed), baseline("sft", scale, seed)
+    return {"sft": sft, "opd": opd, "opsft": opsft_recipe(sft, opd, "sign")}
+
+
 @pytest.mark.claim("C14")
 def test_claim_opd_source(claim, seed):
     """Held-out in-domain accuracy of SFT, OPD, and OPSFT with OPD's v."""
-    opd, sft = baseline("opd", claim.scale, seed), baseline("sft", claim.scale, seed)
-    org = build_organism(sft.organism)
-    for arm, cfg in (("sft", sft), ("opd", opd), ("opsft", opsft_recipe(sft, opd, "sign"))):
+    configs = arms(claim.scale_name, claim.scale, seed)
+    org = build_organism(configs["sft"].organism)
+    for arm, cfg in configs.items():
         measured = claim.record(arm, seed, **accuracies(claim.run(cfg).load_model(), org.tokenizer, claim.scale))
         assert all(0 <= v <= 100 for v in measured.values()), f"{arm}: accuracy outside [0, 100]: {measured}"

@@ -14,15 +14,22 @@ from opsft.claims.measure import accuracies
 from opsft.organism.build import build_organism
 
 
+def arms(scale_name, scale, seed):
+    """The runs: the calibration's SFT, and OPSFT with v from the calibration's GRPO run (``opsft_recipe``)."""
+    grpo, sft = baseline("grpo", scale, seed), baseline("sft", scale, seed)
+    return {"sft": sft, "opsft": opsft_recipe(sft, grpo, "sign")}
+
+
 @pytest.mark.claim("C15")
 def test_claim_sft_plateau(claim, seed):
     """SFT's held-out accuracy over its checkpoints (mean and max) against OPSFT's final accuracy."""
-    grpo, sft = baseline("grpo", claim.scale, seed), baseline("sft", claim.scale, seed)
+    configs = arms(claim.scale_name, claim.scale, seed)
+    sft = configs["sft"]
     org = build_organism(sft.organism)
     run = claim.run(sft)
     curve = [accuracies(run.load_model(step), org.tokenizer, claim.scale)["in_domain"]
              for step in (*sft.snapshot_steps, sft.steps)]
     claim.record("sft", seed, mean_in_domain=statistics.fmean(curve), max_in_domain=max(curve))
-    opsft = accuracies(claim.run(opsft_recipe(sft, grpo, "sign")).load_model(), org.tokenizer, claim.scale)
+    opsft = accuracies(claim.run(configs["opsft"]).load_model(), org.tokenizer, claim.scale)
     measured = claim.record("opsft", seed, in_domain=opsft["in_domain"])
     assert all(0 <= v <= 100 for v in [*curve, *measured.values()])

@@ -12,11 +12,16 @@ from opsft.claims.arms import baseline
 from opsft.claims.measure import endpoint_metrics
 
 
+def arms(scale_name, scale, seed):
+    """The runs: the calibration's SFT, OPD and GRPO runs, named by their method."""
+    return {method: baseline(method, scale, seed) for method in ("sft", "opd", "grpo")}
+
+
 @pytest.mark.claim("C16")
 def test_claim_relaxed_off_principal(claim, seed):
     """Visible updates, principal angles and NSS order SFT > OPD > GRPO; GRPO overlaps the principal mask
     below random and the low-magnitude mask above random, with OPD between SFT and GRPO."""
-    for method in ("sft", "opd", "grpo"):
-        result = claim.run(baseline(method, claim.scale, seed))
+    for method, cfg in arms(claim.scale_name, claim.scale, seed).items():
+        result = claim.run(cfg)
         measured = claim.record(method, seed, **endpoint_metrics(result))
         assert 0 <= measured["updated_pct"] <= 100, f"{method}: updated share outside [0, 100]"

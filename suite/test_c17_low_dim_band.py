@@ -16,12 +16,17 @@ from opsft.claims.arms import baseline
 from opsft.claims.measure import low_dim_band
 
 
+def arms(scale_name, scale, seed):
+    """The runs: the calibration's SFT, OPD and GRPO runs, named by their method."""
+    return {method: baseline(method, scale, seed) for method in ("sft", "opd", "grpo")}
+
+
 @pytest.mark.claim("C17")
 def test_claim_low_dim_band(claim, seed):
     """log(last / first) stable rank: OPD within 0.25 of 0, SFT > 0, GRPO < 0; final Frobenius norm
     OPD > GRPO; log(last / first) Hill index: SFT > 0, GRPO < 0."""
-    for method in ("sft", "opd", "grpo"):
-        result = claim.run(baseline(method, claim.scale, seed))
+    for method, cfg in arms(claim.scale_name, claim.scale, seed).items():
+        result = claim.run(cfg)
         measured = claim.record(method, seed, **low_dim_band(result))
         for name in ("stable_rank_first", "stable_rank_last"):
             assert math.isnan(measured[name]) or measured[name] >= 1 - 1e-9, f"{method}: {name} below 1"

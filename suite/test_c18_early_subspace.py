@@ -15,11 +15,16 @@ from opsft.claims.arms import baseline
 from opsft.claims.measure import early_subspace
 
 
+def arms(scale_name, scale, seed):
+    """The runs: the calibration's SFT, OPD and GRPO runs, named by their method."""
+    return {method: baseline(method, scale, seed) for method in ("sft", "opd", "grpo")}
+
+
 @pytest.mark.claim("C18")
 def test_claim_early_subspace(claim, seed):
     """Subspace similarity with the end at the first checkpoint: OPD above SFT and above GRPO."""
-    for method in ("sft", "opd", "grpo"):
-        result = claim.run(baseline(method, claim.scale, seed))
+    for method, cfg in arms(claim.scale_name, claim.scale, seed).items():
+        result = claim.run(cfg)
         measured = claim.record(method, seed, **early_subspace(result))
         for name, value in measured.items():
             assert math.isnan(value) or -1e-9 <= value <= 1 + 1e-9, f"{method}: {name} = {value} outside [0, 1]"

@@ -21,6 +21,7 @@ import math
 import pytest
 
 from opsft.claims.arms import PROJECTION_START, baseline, constrained, split_at
+from opsft.claims.declared import Staged
 from opsft.claims.measure import accuracies
 from opsft.claims.travel import mean_stable_rank, rank_below, share_in_subspace
 from opsft.masks import subspace_bases
@@ -29,22 +30,41 @@ from opsft.organism.build import build_organism
 RANK = 16  # "K = 16"
 
 
+def projected_k(window, prefix):
+    """The builder of the ``projk`` arm from the prefix's result: K below its update's mean stable rank."""
+    def build(start):
+        k = rank_below(mean_stable_rank(start.snapshot(0), start.snapshot()), RANK)
+        return constrained(window, prefix, "subspace-update", rank=k, direction_step=None)
+    return build
+
+
+def arms(scale_name, scale, seed, method):
+    """The runs: the prefix (the first 20% of the calibration's ``method`` run) and, over the remaining window,
+    the unprojected arm, the K = 16 projection, and the measured-K projection (staged: K is read off the
+    prefix's update)."""
+    prefix, window = split_at(baseline(method, scale, seed), PROJECTION_START)
+    shape = constrained(window, prefix, "subspace-update", rank=RANK, direction_step=None)
+    return {f"{method}_start": prefix, method: window,
+            f"{method}_proj": constrained(window, prefix, "subspace", rank=RANK, direction_step=None),
+            f"{method}_projk": Staged(after=prefix, build=projected_k(window, prefix), shape=shape)}
+
+
 @pytest.mark.parametrize("method", ["opd", "sft"])
 @pytest.mark.claim("C19")
 def test_claim_rank16_sufficiency(claim, seed, method):
     """Held-out accuracy over the matched window, with and without the projection, at K = 16 and at the
     measured K."""
-    prefix, window = split_at(baseline(method, claim.scale, seed), PROJECTION_START)
-    org = build_organism(window.organism)
+    declared = arms(claim.scale_name, claim.scale, seed, method)
+    prefix = declared[f"{method}_start"]
+    org = build_organism(prefix.organism)
     start = claim.run(prefix)
     rank = mean_stable_rank(start.snapshot(0), start.snapshot())
     assert math.isnan(rank) or rank >= 1 - 1e-9, f"stable rank {rank} below 1"
-    k = rank_below(rank, RANK)
-    arms = {method: (window, None),
-            f"{method}_proj": (constrained(window, prefix, "subspace", rank=RANK, direction_step=None), RANK),
-            f"{method}_projk": (constrained(window, prefix, "subspace-update", rank=k, direction_step=None), k)}
+    projk = declared[f"{method}_projk"].build(start)
+    runs = {method: (declared[method], None), f"{method}_proj": (declared[f"{method}_proj"], RANK),
+            f"{method}_projk": (projk, projk.constraint.rank)}
     claim.record(f"{method}_start", seed, **accuracies(start.load_model(), org.tokenizer, claim.scale))
-    for arm, (cfg, arm_rank) in arms.items():
+    for arm, (cfg, arm_rank) in runs.items():
         result = claim.run(cfg)
         measured = claim.record(arm, seed, **accuracies(result.load_model(), org.tokenizer, claim.scale))
         assert all(0 <= v <= 100 for v in measured.values()), f"{arm}: accuracy outside [0, 100]: {measured}"

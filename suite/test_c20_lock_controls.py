@@ -28,15 +28,21 @@ VARIANTS = {
 }
 
 
+def arms(scale_name, scale, seed):
+    """The runs: the calibration's OPD run and each of its ``VARIANTS`` (one factor of its objective changed)."""
+    opd = baseline("opd", scale, seed)
+    return {"opd": opd, **{arm: dataclasses.replace(opd, objective=dataclasses.replace(opd.objective, **change))
+                           for arm, change in VARIANTS.items()}}
+
+
 @pytest.mark.claim("C20")
 def test_claim_lock_controls(claim, seed):
     """Token thinning and off-policy rollouts stay within the registered log-gap of OPD's stable-rank
     trajectory; alpha = 0.01 departs from it further than alpha = 0.75."""
-    opd = baseline("opd", claim.scale, seed)
-    reference = stable_rank_curve(claim.run(opd))
+    configs = arms(claim.scale_name, claim.scale, seed)
+    reference = stable_rank_curve(claim.run(configs["opd"]))
     claim.record("opd", seed, stable_rank_last=reference[-1])
-    for arm, change in VARIANTS.items():
-        variant = dataclasses.replace(opd, objective=dataclasses.replace(opd.objective, **change))
-        curve = stable_rank_curve(claim.run(variant))
+    for arm in VARIANTS:
+        curve = stable_rank_curve(claim.run(configs[arm]))
         measured = claim.record(arm, seed, trajectory_gap=log_gap(curve, reference), stable_rank_last=curve[-1])
         assert not measured["trajectory_gap"] < 0, f"{arm}: a negative gap"

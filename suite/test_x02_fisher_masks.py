@@ -26,17 +26,24 @@ RHO = 0.2
 FISHER_BATCHES = 2
 
 
+def arms(scale_name, scale, seed):
+    """The runs: the calibration's GRPO run (``full``). GRPO under the Fisher mask (``masked``) is retrained
+    uncached (``opsft.claims.variants``), not a run of the cache."""
+    return {"full": baseline("grpo", scale, seed)}
+
+
 @pytest.mark.claim("X02")
 def test_claim_fisher_masks(claim, seed):
     """Gradient energy concentrates in the Fisher mask; GRPO under that fixed mask keeps over half the gain."""
-    grpo = baseline("grpo", claim.scale, seed)
+    grpo = arms(claim.scale_name, claim.scale, seed)["full"]
     org = build_organism(grpo.organism)
     fisher, energy = fisher_and_gradient_energy(grpo, FISHER_BATCHES)
     mask = top_fraction(fisher, RHO)
     mass, share = mass_in_mask(energy, mask)
     masked = variant_model(grpo, train_variant(grpo, masks=mask, keep=[grpo.steps])[grpo.steps])
     models = {"base": org.base, "full": claim.run(grpo).load_model(), "masked": masked}
-    acc = {arm: claim.record(arm, seed, **accuracies(model, org.tokenizer, claim.scale)) for arm, model in models.items()}
+    acc = {arm: claim.record(arm, seed, **accuracies(model, org.tokenizer, claim.scale))
+           for arm, model in models.items()}
     claim.record("fisher", seed, mass_excess=mass - share, gradient_mass=mass, mask_share=share,
                  gain_kept=gain_kept(*(acc[arm]["in_domain"] for arm in ("masked", "full", "base"))),
                  gain_kept_train=gain_kept(*(acc[arm]["train_set"] for arm in ("masked", "full", "base"))))

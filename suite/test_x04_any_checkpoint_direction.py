@@ -29,10 +29,15 @@ def save_sharded(model, folder):
     return len(list(folder.glob("*.safetensors")))
 
 
+def arms(scale_name, scale, seed):
+    """The runs: the calibration's GRPO run, whose half-way and final weights are written as HF folders."""
+    return {"grpo": baseline("grpo", scale, seed)}
+
+
 @pytest.mark.claim("X04")
 def test_claim_any_checkpoint_direction(claim, seed, tmp_path):
     """v and the diagnostics from sharded HF folders equal those from the same models in memory."""
-    grpo = baseline("grpo", claim.scale, seed)
+    grpo = arms(claim.scale_name, claim.scale, seed)["grpo"]
     run = claim.run(grpo)
     models = [build_organism(grpo.organism).base, run.load_model(grpo.steps // 2), run.load_model()]
     folders = [tmp_path / f"snapshot{i}" for i in range(len(models))]  # the labels diagnostics give models

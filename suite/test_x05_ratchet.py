@@ -41,24 +41,36 @@ def masked_arms(sft, grpo, seed: int) -> dict:
             "location": constrained(sft, grpo, "location")}
 
 
+def arms(scale_name, scale, seed):
+    """The runs, per calibration row (arm names end in its ``row_label``): the row's GRPO (v's source), its SFT and
+    SFT under the four masks (``masked_arms``)."""
+    out = {}
+    for row in grid_rows(scale_name, scale):
+        grpo, sft = baseline("grpo", scale, seed, row), baseline("sft", scale, seed, row)
+        label = row_label(row, scale)
+        out |= {f"grpo{label}": grpo, **{arm + label: cfg for arm, cfg in masked_arms(sft, grpo, seed).items()}}
+    return out
+
+
 @pytest.mark.claim("X05")
 def test_claim_ratchet(claim, seed):
     """Distance from the base, its share along v, and accuracy, for SFT and each mask, per calibration row."""
+    declared = arms(claim.scale_name, claim.scale, seed)
     for row in grid_rows(claim.scale_name, claim.scale):
-        grpo, sft = baseline("grpo", claim.scale, seed, row), baseline("sft", claim.scale, seed, row)
+        label = row_label(row, claim.scale)
+        runs = {arm: declared[arm + label] for arm in ("sft", "sign", "sign_update", "random_sign", "location")}
+        sft = runs["sft"]
         org = build_organism(sft.organism)
-        arms = masked_arms(sft, grpo, seed)
-        used = arms["sign"].constraint  # v exactly as the constraints extract it
+        used = runs["sign"].constraint  # v exactly as the constraints extract it: from the row's GRPO
         source = claim.run(used.direction_run)
         v = extract(source.snapshot(0), source.snapshot(used.direction_step), rule=used.rule, step=used.direction_step)
         sft_run = claim.run(sft)
         sft_distance = distance(sft_run.snapshot(0), sft_run.snapshot())
-        assert sft_distance > 0, f"SFT{row_label(row, claim.scale)} did not move from the base"
-        label = row_label(row, claim.scale)
-        masks = {arm: build_masks(arms[arm].constraint.mode, v, None, arms[arm].constraint.seed)
+        assert sft_distance > 0, f"SFT{label} did not move from the base"
+        masks = {arm: build_masks(runs[arm].constraint.mode, v, None, runs[arm].constraint.seed)
                  for arm in ("sign", "random_sign")}
         travelled = {}
-        for arm, cfg in arms.items():
+        for arm, cfg in runs.items():
             result = claim.run(cfg)
             before, after = result.snapshot(0), result.snapshot()
             travelled[arm] = distance(before, after)

@@ -31,27 +31,43 @@ def fit_point(model, tokenizer, scale) -> tuple[float, float]:
     return acc["train_set"], acc["in_domain"]
 
 
+def frontier_rows(scale_name, scale) -> tuple:
+    """The calibration rows at the claims' precision: those whose SFT runs make the frontier."""
+    precision = claims_row(scale)["precision"]
+    return tuple(row for row in grid_rows(scale_name, scale) if row["precision"] == precision)
+
+
+def arms(scale_name, scale, seed):
+    """The runs: GRPO (the claims' row) and, for each of ``frontier_rows`` (arm names end in its ``row_label``), its
+    SFT and OPSFT with v from that row's GRPO (``opsft_recipe``)."""
+    out = {"grpo": baseline("grpo", scale, seed)}
+    for row in frontier_rows(scale_name, scale):
+        label, sft = row_label(row, scale), baseline("sft", scale, seed, row)
+        out |= {"sft" + label: sft, "opsft" + label: opsft_recipe(sft, baseline("grpo", scale, seed, row), "sign")}
+    return out
+
+
 @pytest.mark.claim("X06")
 def test_claim_matched_fit(claim, seed):
     """Held-out accuracy of OPSFT and GRPO against SFT's frontier at matched training-set accuracy."""
-    grpo = baseline("grpo", claim.scale, seed)
-    org = build_organism(grpo.organism)
-    precision = claims_row(claim.scale)["precision"]
+    declared = arms(claim.scale_name, claim.scale, seed)
+    org = build_organism(declared["grpo"].organism)
     curves = {}  # row label -> {step: fit point} of that row's SFT run at its checkpoints after step 0
-    arms = {"grpo": (grpo, "")}  # arm -> (config, label of the row whose SFT run gives its gap and equal-steps gap)
-    for row in grid_rows(claim.scale_name, claim.scale):
-        if row["precision"] == precision:
-            label, sft = row_label(row, claim.scale), baseline("sft", claim.scale, seed, row)
-            run = claim.run(sft)
-            curves[label] = {step: fit_point(run.load_model(step), org.tokenizer, claim.scale)
-                             for step in (*sft.snapshot_steps, sft.steps)}
-            arms["opsft" + label] = (opsft_recipe(sft, baseline("grpo", claim.scale, seed, row), "sign"), label)
+    compared = {"grpo": (declared["grpo"], "")}  # arm -> (config, label of the row whose SFT run gives its gaps)
+    for row in frontier_rows(claim.scale_name, claim.scale):
+        label = row_label(row, claim.scale)
+        sft = declared["sft" + label]
+        run = claim.run(sft)
+        curves[label] = {step: fit_point(run.load_model(step), org.tokenizer, claim.scale)
+                         for step in (*sft.snapshot_steps, sft.steps)}
+        compared["opsft" + label] = (declared["opsft" + label], label)
     frontier = [fit_point(org.base, org.tokenizer, claim.scale), *(p for c in curves.values() for p in c.values())]
-    for arm, (cfg, label) in arms.items():
+    for arm, (cfg, label) in compared.items():
         train_set, in_domain = fit_point(claim.run(cfg).load_model(), org.tokenizer, claim.scale)
         sft_curve = curves[label]
         sft_at_steps = sft_curve.get(cfg.steps, (math.nan, math.nan))[1]
         measured = claim.record(arm, seed, matched_gap=matched_gap((train_set, in_domain), frontier),
-                                sft_frontier=frontier_at(frontier, train_set), gap=in_domain - sft_curve[max(sft_curve)][1],
+                                sft_frontier=frontier_at(frontier, train_set),
+                                gap=in_domain - sft_curve[max(sft_curve)][1],
                                 equal_steps_gap=in_domain - sft_at_steps, train_set=train_set, in_domain=in_domain)
         assert abs(measured["matched_gap"]) <= 100 and 0 <= measured["sft_frontier"] <= 100

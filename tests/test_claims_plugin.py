@@ -19,6 +19,9 @@ import pytest
 
 OFFSET = {offset}
 
+def arms(scale_name, scale, seed):
+    return {{}}
+
 @pytest.mark.claim("C02")
 def test_claim_sign_beats_sft(claim, seed):
     measured = claim.record("opsft", seed, in_domain=40 + OFFSET + seed)
@@ -177,3 +180,29 @@ def test_progress_line_gives_the_time_left_at_the_pace_so_far():
     from opsft.claims.plugin import progress_line
 
     assert progress_line(3, 27, 360.0) == "claims: 3/27 tests done, 120 s per test, about 48 min left"
+
+
+DECLARING_TEST = """
+import pytest
+from opsft.config import RunConfig
+
+def arms(scale_name, scale, seed):
+    return {{"declared": RunConfig(organism="nano", steps=1, seed=seed)}}
+
+@pytest.mark.claim("C02")
+def test_claim_sign_beats_sft(claim, seed):
+    claim.record("sft", seed, in_domain=40.0)
+    {body}
+"""
+
+
+def test_a_claim_test_loads_only_its_declared_runs_and_every_one_of_them(pytester):
+    pytester.makeconftest('pytest_plugins = ["opsft.claims.plugin"]')
+    pytester.makepyfile(test_c02=DECLARING_TEST.format(body="claim.run(RunConfig(organism='nano', steps=2))"))
+    undeclared = run(pytester, "--scale", "smoke")
+    undeclared.stdout.fnmatch_lines(["*UndeclaredRunError: claim C02: run * (sft, constraint none, 2 steps, seed 0) "
+                                     "is not among the runs its test module's arms() declares*"])
+    pytester.makepyfile(test_c02=DECLARING_TEST.format(body="pass"))
+    unloaded = run(pytester, "--scale", "smoke")
+    unloaded.stdout.fnmatch_lines(["*C02: declared arms ?'declared'? were never loaded*"])
+    assert unloaded.ret == pytest.ExitCode.TESTS_FAILED

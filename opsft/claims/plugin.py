@@ -17,6 +17,7 @@ import pytest
 
 from ablations.claims import SCALE_NAMES, scale_profile
 from opsft.claims.compare import parse_threshold
+from opsft.claims.declared import DeclaredRuns, declared_arms
 from opsft.claims.recorder import ClaimRecorder
 from opsft.claims.registry import CLAIMS, get
 from opsft.claims.session import PROPERTY, ClaimsSession, Options
@@ -27,6 +28,7 @@ from opsft.threads import pinned_threads
 REFERENCE_SCALE = "regime"
 
 SESSION = pytest.StashKey[ClaimsSession]()
+CALL_FAILED = pytest.StashKey[bool]()
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -130,8 +132,29 @@ def claim(request: pytest.FixtureRequest) -> Iterator[ClaimRecorder]:
     if scale.get("skip"):
         pytest.skip(f"{cid} at scale {name!r}: {scale['skip']}")
     request.node.user_properties.append((PROPERTY, {"claim": cid, "kind": "started", "data": {}}))
+    declared = DeclaredRuns(declared_arms(request.module, name, scale, request.getfixturevalue("seed"),
+                                          test_params(request.node)))
     with pinned_threads():
-        yield ClaimRecorder(get(cid), name, scale, request.node.user_properties)
+        yield ClaimRecorder(get(cid), name, scale, request.node.user_properties, declared=declared)
+    unloaded = declared.unloaded()
+    if unloaded and not request.node.stash.get(CALL_FAILED, False):
+        pytest.fail(f"{cid}: declared arms {unloaded} were never loaded: {request.module.__name__}.arms() "
+                    "declares runs the test does not use", pytrace=False)
+
+
+def test_params(item: pytest.Item) -> dict:
+    """A claim test's parameters other than ``seed`` (e.g. C19's ``method``): what its ``arms`` takes."""
+    callspec = getattr(item, "callspec", None)
+    return {k: v for k, v in (callspec.params if callspec else {}).items() if k != "seed"}
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
+    """Note on the item whether its call phase failed (the ``claim`` fixture's teardown reads it)."""
+    report = yield
+    if report.when == "call":
+        item.stash[CALL_FAILED] = report.failed
+    return report
 
 
 class _ReportCollector:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
+from opsft.claims.declared import DeclaredRuns
 from opsft.claims.registry import Claim
 from opsft.claims.scored import Accuracy, encode
 from opsft.claims.session import PROPERTY
@@ -21,24 +22,38 @@ def _cached_run(config: RunConfig) -> RunResult:
     return run(config)
 
 
+class UndeclaredRunError(RuntimeError):
+    """A claim test asked for a run its module's ``arms`` does not declare (``opsft.claims.declared``)."""
+
+
 class ClaimRecorder:
     """Trains through the cached run graph and records per-seed rows for one claim test.
 
     ``record`` and ``run`` append to the test item's ``user_properties`` (which reach the controller under
-    pytest-xdist); the session turns them into verdicts at the end.
+    pytest-xdist); the session turns them into verdicts at the end. With ``declared`` (the test's declared
+    arms) ``run`` refuses an undeclared config before training it.
     """
 
     def __init__(self, claim: Claim, scale_name: str, scale: Mapping[str, Any],
-                 properties: list[tuple[str, Any]], runner: Callable[[RunConfig], RunResult] = _cached_run):
+                 properties: list[tuple[str, Any]], runner: Callable[[RunConfig], RunResult] = _cached_run,
+                 declared: DeclaredRuns | None = None):
         self.claim, self.scale_name, self.scale = claim, scale_name, scale
-        self._properties, self._runner = properties, runner
+        self._properties, self._runner, self.declared = properties, runner, declared
+        self._results: dict[str, RunResult] = {}
 
     def _add(self, kind: str, data: dict) -> None:
         self._properties.append((PROPERTY, {"claim": self.claim.id, "kind": kind, "data": data}))
 
     def run(self, config: RunConfig) -> RunResult:
-        """The cached result of ``config`` (trained once per digest), noted with its digest and wall time."""
+        """The cached result of ``config`` (trained once per digest), noted with its digest and wall time; an
+        ``UndeclaredRunError`` for a config the test's ``arms`` does not declare."""
+        if self.declared is not None and not self.declared.admit(config, self._results):
+            raise UndeclaredRunError(
+                f"claim {self.claim.id}: run {config.digest()} ({config.objective.name}, constraint "
+                f"{config.constraint.mode}, {config.steps} steps, seed {config.seed}) is not among the runs its "
+                "test module's arms() declares, nor their ancestors: declare it there")
         result = self._runner(config)
+        self._results[config.digest()] = result
         self._add("run", {"digest": config.digest(), "objective": config.objective.name,
                           "constraint": config.constraint.mode, "organism": config.organism, "seed": config.seed,
                           "steps": config.steps, "wall_time": result.wall_time, "folder": str(result.folder)})

@@ -6,6 +6,7 @@ import sys
 import nox
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # the tolerances below live in the library
+from ablations.claims import calibration_of  # noqa: E402  (plain tables: imports before the venv exists)
 from opsft.claims.compare import CI_TOLERANCES  # noqa: E402  (stdlib only: imports before the venv exists)
 
 nox.options.sessions = ["tests", "lint"]
@@ -68,21 +69,24 @@ def worker_count() -> str:
     return str(len(os.sched_getaffinity(0)))
 
 
-# What `opsft calibrate` computes before the claims of a scale: the scale's own calibration, except at `regime`,
-# whose claims train at the `small` long_sft row of the `full` calibration (ablations/claims.py).
-CALIBRATION = {"regime": ("--scale", "full", "--organism", "small", "--group", "long_sft")}
+def calibration_args(scale: str) -> list[str]:
+    """`opsft calibrate` arguments of the calibration the claims of ``scale`` build on (ablations/claims.py)."""
+    cal = calibration_of(scale)
+    return (["--scale", cal["scale"]] + [a for o in cal["organisms"] or () for a in ("--organism", o)]
+            + [a for g in cal["groups"] or () for a in ("--group", g)])
 
 
 @nox.session(default=False)
 def ablations(session: nox.Session) -> None:
-    """The main job: organism regime calibration, every claim, then the regime map, at a scale (after `--`,
-    default the reference `regime`), in one worker process per CPU."""
+    """The main job at a scale (after `--`, default the reference `regime`): first every run it needs, trained
+    by `opsft execute` (the plan's order, one worker process per CPU, progress with an ETA), then from the cache
+    the organism regime calibration, every claim, and the regime map."""
     install_project(session)
     scale = session.posargs[0] if session.posargs else REFERENCE
     jobs = worker_count()
     results = scale_outputs(scale)[0]
-    calibration = CALIBRATION.get(scale, ("--scale", scale))
-    session.run("opsft", "calibrate", *calibration, "-o", results, "--jobs", jobs)
+    session.run("opsft", "execute", "--scale", scale, "--jobs", jobs)
+    session.run("opsft", "calibrate", *calibration_args(scale), "-o", results, "--jobs", jobs)
     run_claims(session, scale, "-n", jobs)
     session.run("opsft", "map", "--scale", scale, "-o", f"{results}/map")
 

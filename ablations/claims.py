@@ -32,6 +32,16 @@ _REGIME = {**SCALES["full"], "suite": "full", "organisms": ("small",), "row": LO
 _PAPER = {"seeds": (0, 1, 2), "skip": "the real-model recipe (GPU, HF checkpoints) is not wired into the claims yet"}
 
 
+# What `opsft calibrate` computes before the claims of a scale (the main job, `opsft plan`): the scale's own
+# calibration, except at `regime`, whose claims train at the `small` long_sft rows of the `full` calibration.
+CALIBRATION: dict[str, dict[str, Any]] = {"regime": {"scale": "full", "organisms": ("small",), "groups": ("long_sft",)}}
+
+
+def calibration_of(name: str) -> dict[str, Any]:
+    """The calibration the claims of scale ``name`` build on: its scale, organisms and groups (None: all)."""
+    return CALIBRATION.get(name, {"scale": name, "organisms": None, "groups": None})
+
+
 def scale_profile(name: str) -> dict[str, Any]:
     """The size profile of scale ``name`` (``smoke|ci|full`` from the calibration; ``regime``: ``full``'s sizes on
     the regime's organism and row; ``paper`` is a skip). ``suite`` names the evaluation suite whose sampling the

@@ -165,6 +165,15 @@ def selected_rows(scale_name: str, organisms: tuple[str, ...] | None, groups: tu
     return [row for group in (groups or tuple(GROUPS)) for row in GROUPS[group] if row["organism"] in wanted]
 
 
+def calibration_configs(scale_name: str, organisms: tuple[str, ...] | None = None,
+                        groups: tuple[str, ...] | None = None) -> list[RunConfig]:
+    """Every run the calibration of these groups and organisms trains at ``scale_name``: each selected row x
+    seed x method (``method_config``)."""
+    scale = SCALES[scale_name]
+    return [method_config(method, row, scale, seed, row["organism"])
+            for row in selected_rows(scale_name, organisms, groups) for seed in scale["seeds"] for method in METHODS]
+
+
 def measured_row(row: dict, scale_name: str, seed: int, method: str, base: dict) -> dict:
     """One line of the calibration's JSON: train (or read from the cache) ``method`` at ``row`` and ``seed``, and
     measure its visible-update fraction, interval cosine, reward trend, wall time and accuracies."""

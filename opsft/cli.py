@@ -19,7 +19,7 @@ Handler = Callable[[argparse.Namespace], int | None]
 
 # Modules whose subcommands `opsft` offers, in help order; REGISTRARS declares each one's arguments.
 COMMAND_MODULES: tuple[str, ...] = (
-    "opsft.directions", "opsft.diagnostics", "opsft.calibrate", "opsft.recipes", "opsft.claims",
+    "opsft.directions", "opsft.diagnostics", "opsft.calibrate", "opsft.recipes", "opsft.claims", "opsft.plan",
 )
 
 # Choices and defaults owned by modules too heavy to import here; tests/test_cli.py checks that they agree.
@@ -178,12 +178,35 @@ def cmd_map(args: argparse.Namespace) -> int:
     return 0
 
 
+def add_plan_commands(sub: argparse._SubParsersAction) -> None:
+    """``opsft plan`` and ``opsft execute`` over a main job's runs (opsft.plan, opsft.execute)."""
+    import os
+
+    from ablations.claims import SCALE_NAMES  # plain tables, no torch
+
+    plan = sub.add_parser("plan", help="every run a main job needs (calibration, claims, map): parents, cache, cost")
+    execute = sub.add_parser("execute", help="train the runs a main job still needs, in worker processes")
+    for p in (plan, execute):
+        p.add_argument("--scale", choices=SCALE_NAMES, default="regime")
+        p.add_argument("-k", help="only the claim tests this pytest -k expression selects")
+        p.add_argument("--suite", default="suite", help="the claim tests' folder (default: suite)")
+        p.add_argument("--no-calibration", action="store_true", help="leave the calibration's runs out")
+        p.add_argument("--no-map", action="store_true", help="leave the regime map's runs out")
+    plan.add_argument("--workers", type=int, default=2, help="workers for the wall-time lower bound (default 2)")
+    plan.add_argument("--json", action="store_true", help="print the plan as JSON")
+    plan.set_defaults(func=lazy("opsft.plan", "cmd_plan"))
+    execute.add_argument("--jobs", type=int, default=len(os.sched_getaffinity(0)),
+                         help="worker processes, one torch thread each (default: the CPUs this process may use)")
+    execute.set_defaults(func=lazy("opsft.execute", "cmd_execute"))
+
+
 REGISTRARS: dict[str, Callable[[argparse._SubParsersAction], None]] = {
     "opsft.directions": add_direction_commands,
     "opsft.diagnostics": add_diagnose_command,
     "opsft.calibrate": add_calibrate_command,
     "opsft.recipes": add_recipe_command,
     "opsft.claims": add_claims_commands,
+    "opsft.plan": add_plan_commands,
 }
 
 

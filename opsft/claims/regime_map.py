@@ -170,17 +170,38 @@ def _travel_rows(results: Mapping[str, Any], signs: Mapping[str, torch.Tensor], 
     return rows
 
 
-def prefix_check(cell: Cell, scale: Mapping[str, Any], seed: int, run: Callable[[RunConfig], Any]) -> float | None:
-    """Whether a shorter constant-rate run is the full run's prefix: the max |difference| between SFT trained
-    for the second horizon alone and the full SFT run's snapshot there (0: bit-identical). None for a
-    decaying schedule or a single horizon."""
-    _, arms = cell_runs(cell, scale, seed)
-    points = horizons(cell, arms["sft"].steps)
+def prefix_run(cell: Cell, scale: Mapping[str, Any], seed: int) -> RunConfig | None:
+    """The short SFT run the prefix check trains: the cell's SFT for its second horizon alone (its first, with
+    only two); None for a decaying schedule or a single horizon."""
+    sft = cell_runs(cell, scale, seed)[1]["sft"]
+    points = horizons(cell, sft.steps)
     if cell.schedule != "constant" or len(points) < 2:
         return None
-    h = points[1] if len(points) > 2 else points[0]
-    short = run(prefix_config(arms["sft"], h))
-    return max_abs_difference(short.snapshot(), run(arms["sft"]).snapshot(h))
+    return prefix_config(sft, points[1] if len(points) > 2 else points[0])
+
+
+def prefix_check(cell: Cell, scale: Mapping[str, Any], seed: int, run: Callable[[RunConfig], Any]) -> float | None:
+    """Whether a shorter constant-rate run is the full run's prefix: the max |difference| between SFT trained
+    for a horizon alone (``prefix_run``) and the full SFT run's snapshot there (0: bit-identical). None where
+    there is no prefix run."""
+    short = prefix_run(cell, scale, seed)
+    if short is None:
+        return None
+    return max_abs_difference(run(short).snapshot(), run(cell_runs(cell, scale, seed)[1]["sft"]).snapshot(short.steps))
+
+
+def map_configs(scale_name: str) -> list[tuple[str, RunConfig]]:
+    """Every run ``run_map`` trains at ``scale_name``, labelled ``map CELL seedN``: each (cell, seed)'s arms and
+    v's GRPO run, and seed 0's prefix-check run."""
+    from ablations.claims import scale_profile
+
+    scale, out = scale_profile(scale_name), []
+    for cell in grid_cells():
+        for seed in scale["seeds"]:
+            grpo, arms = cell_runs(cell, scale, seed)
+            short = prefix_run(cell, scale, seed) if seed == 0 else None
+            out += [(f"map {cell.label} seed{seed}", cfg) for cfg in (grpo, *arms.values(), short) if cfg is not None]
+    return out
 
 
 def cell_path(out: Path, cell: Cell, seed: int) -> Path:

@@ -192,6 +192,8 @@ def add_plan_commands(sub: argparse._SubParsersAction) -> None:
         p.add_argument("--suite", default="suite", help="the claim tests' folder (default: suite)")
         p.add_argument("--no-calibration", action="store_true", help="leave the calibration's runs out")
         p.add_argument("--no-map", action="store_true", help="leave the regime map's runs out")
+        p.add_argument("--storage", default=".claims",
+                       help="saved claims runs whose recorded run times price shapes the cache has not run")
     plan.add_argument("--workers", type=int, default=2, help="workers for the wall-time lower bound (default 2)")
     plan.add_argument("--json", action="store_true", help="print the plan as JSON")
     plan.set_defaults(func=lazy("opsft.plan", "cmd_plan"))

@@ -120,7 +120,7 @@ def cmd_execute(args) -> int:
     if args.jobs < 1:
         raise ValueError(f"--jobs {args.jobs}: must be at least 1")
     plan = build_plan(args.scale, args.k, Path(args.suite), not args.no_calibration, not args.no_map)
-    plan.price(cache_root())
+    plan.price(cache_root(), Path(args.storage))
     print(render(plan, args.jobs).splitlines()[-1].strip(), flush=True)
     execute(plan, args.jobs, log=lambda line: print(line, flush=True))
     return 0

@@ -7,7 +7,8 @@ ancestor (the run a run starts from, the run that supplies its v). A staged arm 
 measurement of an earlier run) is priced by its ``shape`` and listed without a digest until its parent has run.
 
 Costs come from the cache: seconds per step of finished runs of the same shape (organism, objective, constraint
-or none, precision), scaled by steps; a shape never run has no estimate and is counted apart. The lower bound on
+or none, precision), scaled by steps; for a shape the cache has not run, from the runs recorded in saved claims
+runs (``.claims``: other commits, other loads); a shape never run has no estimate and is counted apart. The lower bound on
 the wall time with W workers is max(sum / W, the longest chain of dependent runs).
 """
 
@@ -64,6 +65,23 @@ def measured_step_seconds(cache: Path) -> dict[tuple, float]:
     return {k: statistics.median(v) for k, v in per_shape.items()}
 
 
+def saved_step_seconds(storage: Path) -> dict[tuple, float]:
+    """Median seconds per step of the runs recorded in saved claims runs under ``storage`` (every
+    ``<scale>/*.json``), per ``shape`` less precision (not recorded there): the fallback for shapes the cache has
+    not measured, e.g. a fresh cache after a change of bits (such times were taken at other commits and loads)."""
+    per_shape: dict[tuple, dict[str, float]] = {}
+    for path in storage.glob("*/*.json"):
+        try:
+            claims = json.loads(path.read_text())["claims"]
+        except (OSError, json.JSONDecodeError, KeyError):
+            continue
+        for claim in claims.values():
+            for run in claim.get("runs", []):
+                key = (run["organism"], run["objective"], run["constraint"] != "none")
+                per_shape.setdefault(key, {})[run["digest"]] = run["wall_time"] / run["steps"]
+    return {k: statistics.median(v.values()) for k, v in per_shape.items()}
+
+
 class Plan:
     """Runs keyed by digest, in the order first needed, each with its needers, parents and cost."""
 
@@ -91,12 +109,15 @@ class Plan:
         keys = [p.digest() for p in parents(run.config)]
         return keys + ([run.staged_after] if run.staged_after else [])
 
-    def price(self, cache: Path) -> None:
-        """Set each run's cache state (a finished ``result.json``) and estimate from ``cache``'s measured runs."""
+    def price(self, cache: Path, storage: Path | None = None) -> None:
+        """Set each run's cache state (a finished ``result.json``) and estimate: from ``cache``'s measured runs of
+        its shape, else from the saved claims runs under ``storage`` (``saved_step_seconds``), else none."""
         rates = measured_step_seconds(cache)
+        saved = saved_step_seconds(storage) if storage is not None else {}
         for run in self.runs.values():
             run.cached = run.staged_after is None and (cache / "runs" / run.key / "result.json").is_file()
-            rate = rates.get(shape(run.config))
+            key = shape(run.config)
+            rate = rates.get(key, saved.get(key[:3]))
             run.estimate = None if rate is None else rate * run.config.steps
 
     def critical_path(self) -> float:
@@ -208,7 +229,7 @@ def cmd_plan(args) -> int:
     from opsft.paths import cache_root
 
     plan = build_plan(args.scale, args.k, Path(args.suite), not args.no_calibration, not args.no_map)
-    plan.price(cache_root())
+    plan.price(cache_root(), Path(args.storage))
     print(json.dumps(to_json(plan, args.workers), indent=1) if args.json else render(plan, args.workers))
     return 0
 

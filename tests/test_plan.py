@@ -85,3 +85,19 @@ def test_every_claim_test_declares_its_arms_at_smoke():
 def test_the_plan_of_a_k_selection_holds_only_those_claims():
     plan = build_plan("smoke", expr="c02", regime_map=False, calibration=False)
     assert {label for run in plan.runs.values() for label in run.needed_by} == {"C02 seed0"}
+
+
+def test_shapes_the_cache_has_not_run_are_priced_from_saved_claims_runs(tmp_path):
+    grpo = baseline("grpo", SCALE, 0)
+    storage = tmp_path / "claims" / "smoke"
+    storage.mkdir(parents=True)
+    saved = {"claims": {"C02": {"runs": [{"digest": "d1", "organism": "nano", "objective": "grpo",
+                                          "constraint": "none", "steps": 10, "wall_time": 30.0}]}}}
+    (storage / "0001_smoke.json").write_text(json.dumps(saved))
+    plan = Plan()
+    plan.add("C02", grpo)
+    plan.price(tmp_path / "cache", tmp_path / "claims")
+    assert plan.runs[grpo.digest()].estimate == pytest.approx(3.0 * grpo.steps)
+    fake_finished_run(tmp_path / "cache", baseline("grpo", SCALE, 1), wall_time=1.0 * grpo.steps)
+    plan.price(tmp_path / "cache", tmp_path / "claims")  # the cache's own measurement comes first
+    assert plan.runs[grpo.digest()].estimate == pytest.approx(1.0 * grpo.steps)

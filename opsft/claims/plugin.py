@@ -22,6 +22,7 @@ from opsft.claims.recorder import ClaimRecorder
 from opsft.claims.registry import CLAIMS, get
 from opsft.claims.session import PROPERTY, ClaimsSession, Options
 from opsft.claims.storage import REFERENCE_SCALES, load_run
+from opsft.progress import progress_text
 from opsft.threads import pinned_threads
 
 # The scale whose pages are results/ itself (noxfile.REFERENCE): every other scale writes under results/SCALE.
@@ -191,10 +192,8 @@ class _ReportCollector:
 
 
 def progress_line(done: int, total: int, elapsed: float) -> str:
-    """``claims: D/T tests done, S s per test, about M min left`` at the mean wall time per test so far."""
-    per = elapsed / done
-    return (f"claims: {done}/{total} tests done, {per:.0f} s per test, about {per * (total - done) / 60:.0f} min "
-            "left")
+    """``claims: D/T tests done, S s per test, about M min left`` (``opsft.progress.progress_text``)."""
+    return f"claims: {progress_text(done, total, elapsed, 'test')}"
 
 
 @pytest.hookimpl(tryfirst=True)

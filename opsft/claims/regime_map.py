@@ -237,6 +237,7 @@ def run_map(scale_name: str, out: Path, labels: tuple[str, ...] = (), seeds: tup
 
     from ablations.claims import scale_profile
     from opsft.claims.map_report import write_map
+    from opsft.progress import progress_text
     from opsft.runs import run as cached_run
     from opsft.threads import pinned_threads
 
@@ -251,7 +252,6 @@ def run_map(scale_name: str, out: Path, labels: tuple[str, ...] = (), seeds: tup
         for done, (cell, seed) in enumerate(todo, start=1):
             records.append(measured(out, cell, scale, seed, run or cached_run))
             spent = time.monotonic() - start
-            print(f"map {done}/{len(todo)}: {cell.label} seed {seed}; {spent:.0f} s so far, about "
-                  f"{spent / done * (len(todo) - done):.0f} s left", flush=True)
+            print(f"map: {progress_text(done, len(todo), spent, 'cell')} ({cell.label} seed {seed})", flush=True)
     write_map(out, records, Cell(grid.MAIN_LR).label)
     return records

@@ -180,12 +180,10 @@ def cmd_map(args: argparse.Namespace) -> int:
 
 def add_plan_commands(sub: argparse._SubParsersAction) -> None:
     """``opsft plan`` and ``opsft execute`` over a main job's runs (opsft.plan, opsft.execute)."""
-    import os
-
     from ablations.claims import SCALE_NAMES  # plain tables, no torch
 
     plan = sub.add_parser("plan", help="every run a main job needs (calibration, claims, map): parents, cache, cost")
-    execute = sub.add_parser("execute", help="train the runs a main job still needs, in worker processes")
+    execute = sub.add_parser("execute", help="train the runs a main job still needs, locally or on a Ray cluster")
     for p in (plan, execute):
         p.add_argument("--scale", choices=SCALE_NAMES, default="regime")
         p.add_argument("-k", help="only the claim tests this pytest -k expression selects")
@@ -197,8 +195,14 @@ def add_plan_commands(sub: argparse._SubParsersAction) -> None:
     plan.add_argument("--workers", type=int, default=2, help="workers for the wall-time lower bound (default 2)")
     plan.add_argument("--json", action="store_true", help="print the plan as JSON")
     plan.set_defaults(func=lazy("opsft.plan", "cmd_plan"))
-    execute.add_argument("--jobs", type=int, default=len(os.sched_getaffinity(0)),
-                         help="worker processes, one torch thread each (default: the CPUs this process may use)")
+    execute.add_argument("--executor", choices=("local", "ray"), default="local",
+                         help="local: worker processes on this machine; ray: one Ray task per run (extra [cluster])")
+    execute.add_argument("--address", help="ray: the cluster's head, HOST:PORT or ray://HOST[:PORT] (default: start "
+                                           "a local Ray instance)")
+    execute.add_argument("--jobs", type=int, help="local: worker processes, one torch thread each (default: the "
+                                                  "CPUs this process may use); ray: the local instance's CPUs")
+    execute.add_argument("--retries", type=int, default=3,
+                         help="ray: times a run whose worker died is retried, resuming from its checkpoint (default 3)")
     execute.set_defaults(func=lazy("opsft.execute", "cmd_execute"))
 
 
@@ -245,11 +249,15 @@ def one_line(err: BaseException) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     """Parse ``argv`` and run the chosen subcommand (its handler is ``args.func``); a runtime error prints
-    ``opsft: error: MESSAGE`` on stderr (with the traceback under ``--debug``) and returns 1."""
+    ``opsft: error: MESSAGE`` on stderr (with the traceback under ``--debug``) and returns 1; Ctrl-C prints
+    ``opsft: interrupted`` and returns 130."""
     args = build_parser().parse_args(argv)
     try:
         check_output(args)
         return int(args.func(args) or 0)
+    except KeyboardInterrupt:
+        print("opsft: interrupted", file=sys.stderr)
+        return 130
     except Exception as err:
         if args.debug:
             traceback.print_exc()

@@ -1,5 +1,6 @@
-"""Executing a plan on this machine: every run the plan still needs, trained in ``jobs`` worker processes in
-dependency order, the run with the longest chain of work still behind it first (``opsft execute``).
+"""Executing a plan: every run the plan still needs, trained on workers (``opsft.workers``: processes on this
+machine; ``opsft.cluster``: Ray tasks) in dependency order, the run with the longest chain of work still behind
+it first (``opsft execute``).
 
 A run starts once its parents are finished; a staged arm's config is built (in this process, from its parent's
 result) when that parent finishes. Workers train through ``opsft.runs.run``, whose file lock keyed by the digest
@@ -10,60 +11,15 @@ from its last checkpoint. Each finished run prints a progress line: runs done an
 
 from __future__ import annotations
 
-import multiprocessing
+import os
 import time
 from collections.abc import Callable
-from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
-from dataclasses import dataclass
+from concurrent.futures import FIRST_COMPLETED, Future, wait
 
 from opsft.config import RunConfig
 from opsft.plan import Plan, PlannedRun
-
-
-def train_in_worker(config: RunConfig) -> float:
-    """Train (or read from the cache) ``config`` in a worker process at one torch thread; its wall time."""
-    import torch
-
-    from opsft.runs import run
-
-    torch.set_num_threads(1)
-    return run(config).wall_time
-
-
-@dataclass
-class Progress:
-    """Counts and timing of an execution, for the progress line."""
-
-    total: int
-    done: int = 0
-    start: float = 0.0
-
-    def line(self, finished: PlannedRun) -> str:
-        """``execute: D/T runs done (KEY), S s per run, about M min left`` at the mean wall time so far."""
-        per = (time.monotonic() - self.start) / self.done
-        return (f"execute: {self.done}/{self.total} runs done ({finished.key[:16]} {finished.config.objective.name} "
-                f"{finished.config.steps} steps), {per:.0f} s per run, about {per * (self.total - self.done) / 60:.0f} "
-                "min left")
-
-
-def remaining_path(plan: Plan) -> dict[str, float]:
-    """Per run key, the estimated seconds of the longest chain of uncached runs that waits on it (itself
-    included): the priority of a ready run."""
-    children: dict[str, list[str]] = {k: [] for k in plan.runs}
-    for key, run in plan.runs.items():
-        for parent in plan.parents_of(run):
-            if parent in children:
-                children[parent].append(key)
-    memo: dict[str, float] = {}
-
-    def tail(key: str) -> float:
-        if key not in memo:
-            run = plan.runs[key]
-            own = 0.0 if run.cached else (run.estimate or 0.0)
-            memo[key] = own + max((tail(c) for c in children[key]), default=0.0)
-        return memo[key]
-
-    return {k: tail(k) for k in plan.runs}
+from opsft.progress import progress_text
+from opsft.workers import LocalWorkers, Workers
 
 
 def config_to_train(run: PlannedRun) -> RunConfig:
@@ -75,52 +31,58 @@ def config_to_train(run: PlannedRun) -> RunConfig:
     return run.staged.build(cached_run(run.staged.after))
 
 
-def execute(plan: Plan, jobs: int, log: Callable[[str], None] = print) -> int:
-    """Train the plan's uncached runs in ``jobs`` worker processes, parents first, the longest remaining chain
-    first among the ready ones. Returns the number of runs trained (or found finished by another executor)."""
-    priority = remaining_path(plan)
+def execute(plan: Plan, workers: Workers, log: Callable[[str], None] = print) -> int:
+    """Train the plan's uncached runs on ``workers``, parents first, the longest remaining chain of work first
+    among the ready ones, at most ``workers.slots`` at once. Returns the number of runs trained (or found
+    finished by another executor). A failed run stops the execution with its error."""
+    priority = plan.chain_seconds("children")
     todo = {k: r for k, r in plan.runs.items() if not r.cached}
     finished = {k for k, r in plan.runs.items() if r.cached}
-    progress = Progress(total=len(todo), start=time.monotonic())
+    total, done, start = len(todo), 0, time.monotonic()
     running: dict[Future, str] = {}
-    context = multiprocessing.get_context("spawn")
-    with ProcessPoolExecutor(max_workers=jobs, mp_context=context) as pool:
-        try:
-            while todo or running:
-                ready = sorted((k for k, r in todo.items() if all(p in finished or p not in plan.runs
-                                                                  for p in plan.parents_of(r))),
-                               key=lambda k: -priority[k])
-                for key in ready[:max(0, jobs - len(running))]:
-                    run = todo.pop(key)
-                    running[pool.submit(train_in_worker, config_to_train(run))] = key
-                if not running:
-                    raise RuntimeError(f"plan has runs whose parents never finish: {sorted(todo)[:3]}")
-                done, _ = wait(running, return_when=FIRST_COMPLETED)
-                for future in done:
-                    key = running.pop(future)
-                    future.result()  # a failed run stops the execution with its error
-                    finished.add(key)
-                    progress.done += 1
-                    log(progress.line(plan.runs[key]))
-        except BaseException:
-            for future in running:
-                future.cancel()
-            raise
-    return progress.done
-
+    try:
+        while todo or running:
+            ready = sorted((k for k, r in todo.items() if all(p in finished or p not in plan.runs
+                                                              for p in plan.parents_of(r))),
+                           key=lambda k: -priority[k])
+            for key in ready[:max(0, workers.slots - len(running))]:
+                running[workers.submit(config_to_train(todo.pop(key)))] = key
+            if not running:
+                raise RuntimeError(f"plan has runs whose parents never finish: {sorted(todo)[:3]}")
+            for future in wait(running, return_when=FIRST_COMPLETED)[0]:
+                key = running.pop(future)
+                future.result()
+                finished.add(key)
+                done += 1
+                cfg = plan.runs[key].config
+                log(f"execute: {progress_text(done, total, time.monotonic() - start, 'run')} (last: {key[:16]} "
+                    f"{cfg.objective.name} {cfg.steps} steps)")
+    except BaseException as err:
+        workers.cancel()
+        if isinstance(err, KeyboardInterrupt):
+            log(f"execute: interrupted after {done}/{total} runs; the finished ones are cached, the {len(running)} "
+                "stopped resume from their last checkpoint on the next execute")
+        raise
+    return done
 
 
 def cmd_execute(args) -> int:
-    """``opsft execute``: plan the main job at a scale, price it, and train what it still needs."""
+    """``opsft execute``: plan the main job at a scale, price it, and train what it still needs in worker
+    processes on this machine (``--executor local``) or as Ray tasks (``--executor ray``)."""
     from pathlib import Path
 
     from opsft.paths import cache_root
     from opsft.plan import build_plan, render
 
-    if args.jobs < 1:
-        raise ValueError(f"--jobs {args.jobs}: must be at least 1")
-    plan = build_plan(args.scale, args.k, Path(args.suite), not args.no_calibration, not args.no_map)
-    plan.price(cache_root(), Path(args.storage))
-    print(render(plan, args.jobs).splitlines()[-1].strip(), flush=True)
-    execute(plan, args.jobs, log=lambda line: print(line, flush=True))
+    if args.executor == "ray":
+        from opsft.cluster import RayWorkers
+    if args.executor == "local" and args.address:
+        raise ValueError(f"--address {args.address}: only for --executor ray")
+    workers = (LocalWorkers(args.jobs or len(os.sched_getaffinity(0)), cache_root()) if args.executor == "local"
+               else RayWorkers(args.address, cache_root(), cpus=args.jobs, retries=args.retries))
+    with workers:  # connect first: a dead cluster address fails before the plan is built
+        plan = build_plan(args.scale, args.k, Path(args.suite), not args.no_calibration, not args.no_map)
+        plan.price(cache_root(), Path(args.storage))
+        print(render(plan, workers.slots).splitlines()[-1].strip(), flush=True)
+        execute(plan, workers, log=lambda line: print(line, flush=True))
     return 0

@@ -120,18 +120,30 @@ class Plan:
             rate = rates.get(key, saved.get(key[:3]))
             run.estimate = None if rate is None else rate * run.config.steps
 
-    def critical_path(self) -> float:
-        """Seconds of the longest chain of dependent uncached runs (runs without an estimate count 0)."""
+    def chain_seconds(self, towards: str) -> dict[str, float]:
+        """Per run key, the estimated seconds of the longest chain of dependent uncached runs through it, itself
+        included, towards its ``"parents"`` (what must finish before it does) or its ``"children"`` (what waits
+        on it: a ready run's priority). A run without an estimate counts 0."""
+        parents = {k: [p for p in self.parents_of(r) if p in self.runs] for k, r in self.runs.items()}
+        children: dict[str, list[str]] = {k: [] for k in self.runs}
+        for key, keys in parents.items():
+            for parent in keys:
+                children[parent].append(key)
+        step = {"parents": parents, "children": children}[towards]
         memo: dict[str, float] = {}
 
-        def finish(key: str) -> float:
+        def chain(key: str) -> float:
             if key not in memo:
                 run = self.runs[key]
                 own = 0.0 if run.cached else (run.estimate or 0.0)
-                memo[key] = own + max((finish(p) for p in self.parents_of(run) if p in self.runs), default=0.0)
+                memo[key] = own + max((chain(k) for k in step[key]), default=0.0)
             return memo[key]
 
-        return max((finish(k) for k in self.runs), default=0.0)
+        return {k: chain(k) for k in self.runs}
+
+    def critical_path(self) -> float:
+        """Seconds of the longest chain of dependent uncached runs (runs without an estimate count 0)."""
+        return max(self.chain_seconds("parents").values(), default=0.0)
 
     def summary(self, workers: int) -> dict:
         """Counts and hours: runs, cached, to train, unpriced; training hours; a lower bound with ``workers``."""

@@ -5,8 +5,9 @@ import pytest
 
 from ablations.claims import scale_profile
 from opsft.claims.arms import baseline, opsft_recipe
-from opsft.execute import execute, remaining_path
+from opsft.execute import execute
 from opsft.plan import Plan, build_plan
+from opsft.workers import LocalWorkers
 
 SCALE = scale_profile("smoke")
 
@@ -19,8 +20,10 @@ def test_the_longest_remaining_chain_goes_first():
     plan.add("b", sft)
     for key, seconds in ((grpo.digest(), 10.0), (opsft.digest(), 5.0), (sft.digest(), 12.0)):
         plan.runs[key].estimate = seconds
-    tails = remaining_path(plan)
+    tails = plan.chain_seconds("children")
     assert tails[grpo.digest()] == 15.0 and tails[sft.digest()] == 12.0 and tails[opsft.digest()] == 5.0
+    heads = plan.chain_seconds("parents")
+    assert heads[opsft.digest()] == 15.0 and plan.critical_path() == 15.0
 
 
 @pytest.mark.slow
@@ -29,7 +32,8 @@ def test_a_smoke_plan_executes_into_the_cache_and_a_second_executor_trains_nothi
     plan = build_plan("smoke", expr="c02 or c19", calibration=False, regime_map=False)
     plan.price(tmp_path)
     lines: list[str] = []
-    assert execute(plan, jobs=2, log=lines.append) == len(plan.runs)
+    with LocalWorkers(2) as workers:
+        assert execute(plan, workers, log=lines.append) == len(plan.runs)
     assert lines[-1].startswith(f"execute: {len(plan.runs)}/{len(plan.runs)} runs done")
     declared = [r for r in plan.runs.values() if r.staged is None]
     assert all((tmp_path / "runs" / r.key / "result.json").is_file() for r in declared)
@@ -37,4 +41,5 @@ def test_a_smoke_plan_executes_into_the_cache_and_a_second_executor_trains_nothi
     again.price(tmp_path)
     assert all(r.cached for r in again.runs.values() if r.staged is None)
     staged = [r for r in again.runs.values() if r.staged is not None]  # priced by shape: never "cached"
-    assert len(staged) == 2 and execute(again, jobs=1, log=lines.append) == 2  # built again, read from the cache
+    with LocalWorkers(1) as workers:  # built again, read from the cache
+        assert len(staged) == 2 and execute(again, workers, log=lines.append) == 2

@@ -1,0 +1,127 @@
+"""A plan's runs on a Ray cluster (``opsft execute --executor ray [--address HOST:PORT]``): each run one Ray task.
+
+Ray does the scheduling, the transport and the retries; this module only names the task and its resources. A
+task trains through ``opsft.runs.run`` in the driver's cache (``OPSFT_CACHE``), which on a cluster must be a path
+on a filesystem every node mounts at the same place. Two executors on one plan
+share the cache's digest-keyed file locks, so a run is never trained twice (the filesystem must honour
+``flock``, as local disks, NFSv4 and Lustre mounted with ``flock`` do).
+
+Faults: a task whose worker process dies (killed, out of memory, node lost) is retried up to ``retries`` times by
+Ray and resumes from the run's last checkpoint, so its final weights are an uninterrupted run's; a run that
+raises is not retried (the same config would raise again) and stops the execution with its error. Without
+``--address`` a local Ray instance is started with ``cpus`` CPUs; with one, the address is checked to answer
+before Ray is asked to connect, so a dead address is one error within ``CONNECT_TIMEOUT`` seconds.
+"""
+
+from __future__ import annotations
+
+import socket
+from concurrent.futures import Future
+from pathlib import Path
+
+from opsft.config import RunConfig
+from opsft.workers import train_in_worker
+
+CONNECT_TIMEOUT = 10.0
+RAY_CLIENT_PORT = 10001
+
+
+def host_and_port(address: str) -> tuple[str, int]:
+    """``(host, port)`` of a Ray address: ``HOST:PORT`` (the head's GCS port) or ``ray://HOST[:PORT]`` (Ray
+    Client, port 10001 by default)."""
+    client = address.startswith("ray://")
+    rest = address.removeprefix("ray://")
+    host, sep, port = rest.rpartition(":")
+    if not sep:
+        host, port = rest, "" if not client else str(RAY_CLIENT_PORT)
+    if not host or not port.isdigit():
+        raise ValueError(f"--address {address}: expected HOST:PORT (a Ray head's GCS address) or ray://HOST[:PORT]")
+    return host.strip("[]"), int(port)
+
+
+def check_reachable(address: str, timeout: float = CONNECT_TIMEOUT) -> None:
+    """Raise ``ConnectionError`` naming ``address`` unless something accepts a TCP connection there within
+    ``timeout`` seconds (``auto``, Ray's own lookup of a local head, is left to Ray)."""
+    if address == "auto":
+        return
+    host, port = host_and_port(address)
+    try:
+        with socket.create_connection((host, port), timeout=timeout):
+            pass
+    except OSError as err:
+        raise ConnectionError(f"--address {address}: no Ray cluster answers at {host}:{port} within {timeout:.0f} s "
+                              f"({err.strerror or type(err).__name__}); start one there with `ray start --head`, "
+                              "or leave --address out to run on a local Ray instance") from None
+
+
+def ray_module():
+    """``ray``, or an ImportError saying how to install it."""
+    try:
+        import ray
+    except ImportError:
+        raise ImportError("--executor ray needs Ray: pip install -c constraints-cpu.txt -e '.[cluster]'") from None
+    return ray
+
+
+def train_on_node(config: RunConfig, cache: Path) -> tuple[float, str]:
+    """The Ray task: train (or read from the shared ``cache``) ``config``; its wall time and the node it ran on."""
+    import ray
+
+    return train_in_worker(config, cache), ray.get_runtime_context().get_node_id()
+
+
+class RayWorkers:
+    """Runs as Ray tasks of one CPU each, on the cluster at ``address`` or on a local instance of ``cpus`` CPUs
+    (default: this machine's). ``slots`` is the cluster's CPU count; ``nodes`` maps each finished run's digest
+    to the node that trained it."""
+
+    def __init__(self, address: str | None, cache: Path, cpus: int | None = None, retries: int = 3) -> None:
+        if retries < 0:
+            raise ValueError(f"--retries {retries}: must be at least 0")
+        if cpus is not None and cpus < 1:
+            raise ValueError(f"--jobs {cpus}: must be at least 1")
+        if address is not None and cpus is not None:
+            raise ValueError("--jobs: a Ray cluster at --address has its own CPUs; give one or the other")
+        self.address, self.cache, self.cpus, self.retries = address, cache, cpus, retries
+        self.nodes: dict[str, str] = {}
+        self._refs: list = []
+        self._started = False
+        self.slots = 0
+
+    def __enter__(self) -> RayWorkers:
+        ray = ray_module()
+        if self.address is not None:
+            check_reachable(self.address)
+        if not ray.is_initialized():
+            ray.init(address=self.address, num_cpus=self.cpus, include_dashboard=False, log_to_driver=False)
+            self._started = True
+        self.slots = max(1, int(ray.cluster_resources().get("CPU", 1)))
+        self._task = ray.remote(train_on_node).options(num_cpus=1, max_retries=self.retries, retry_exceptions=False)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self._started:
+            ray_module().shutdown()
+
+    def submit(self, config: RunConfig) -> Future:
+        """Submit ``config`` as a task; the future's result is its wall time."""
+        ref = self._task.remote(config, self.cache)
+        self._refs.append(ref)
+        trained: Future = Future()
+
+        def settle(done: Future) -> None:
+            if done.exception() is not None:
+                trained.set_exception(done.exception())
+                return
+            wall_time, node = done.result()
+            self.nodes[config.digest()] = node
+            trained.set_result(wall_time)
+
+        ref.future().add_done_callback(settle)
+        return trained
+
+    def cancel(self) -> None:
+        """Force-stop every task still running (its run keeps its last checkpoint and has no result)."""
+        ray = ray_module()
+        for ref in self._refs:
+            ray.cancel(ref, force=True)

@@ -1,6 +1,11 @@
 """Executing a plan (``opsft.execute``): parents before children, the longest remaining chain first, everything
 cached afterwards, and a second executor on the same cache trains nothing again."""
 
+import os
+import signal
+import subprocess
+import sys
+
 import pytest
 
 from ablations.claims import scale_profile
@@ -43,3 +48,29 @@ def test_a_smoke_plan_executes_into_the_cache_and_a_second_executor_trains_nothi
     staged = [r for r in again.runs.values() if r.staged is not None]  # priced by shape: never "cached"
     with LocalWorkers(1) as workers:  # built again, read from the cache
         assert len(staged) == 2 and execute(again, workers, log=lines.append) == 2
+
+
+@pytest.mark.slow
+def test_ctrl_c_on_opsft_execute_leaves_finished_runs_cached_and_no_torn_entry(tmp_path):
+    from opsft.io import read_verified_manifest
+
+    command = [sys.executable, "-m", "opsft.cli", "execute", "--scale", "smoke", "-k", "c02", "--no-calibration",
+               "--no-map", "--jobs", "2"]
+    env = {**os.environ, "OPSFT_CACHE": str(tmp_path)}
+    proc = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    for line in proc.stdout:
+        if "runs done" in line:
+            break
+    os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C in a terminal does: the executor and its workers
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130 and "opsft: interrupted" in err and "execute: interrupted after" in out
+    folders = [p for p in (tmp_path / "runs").iterdir() if p.is_dir()]
+    finished = [f for f in folders if (f / "result.json").exists()]
+    assert all(read_verified_manifest(f / "result.json", "run cache") is not None for f in finished)
+    plan = build_plan("smoke", expr="c02", calibration=False, regime_map=False)
+    plan.price(tmp_path)
+    assert 1 <= sum(r.cached for r in plan.runs.values()) == len(finished) < len(plan.runs)
+    assert subprocess.run(command, env=env, capture_output=True, timeout=600).returncode == 0
+    plan.price(tmp_path)
+    assert all(r.cached for r in plan.runs.values())

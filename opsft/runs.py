@@ -244,3 +244,14 @@ def run(config: RunConfig, cache: Path | None = None, progress: bool = False) ->
             (folder / "checkpoint" / "state.pt").unlink(missing_ok=True)
     metrics = [json.loads(ln) for ln in (folder / "metrics.jsonl").read_text().splitlines() if ln]
     return RunResult(config, folder, metrics, result["wall_time"], cache)
+
+
+def finished_fingerprints(cache: Path) -> dict[str, tuple[dict, list[dict]]]:
+    """Per finished run in ``cache`` (digest): its weight files' SHA-256 (from its result manifest) and its
+    metrics less the timings (``t_*``): what two caches that trained the same runs must agree on bit for bit."""
+    found = {}
+    for result in (cache / "runs").glob("*/result.json"):
+        metrics = [json.loads(ln) for ln in (result.parent / "metrics.jsonl").read_text().splitlines() if ln]
+        untimed = [{k: v for k, v in m.items() if not k.startswith("t_")} for m in metrics]
+        found[result.parent.name] = (json.loads(result.read_text())["sha256"], untimed)
+    return found

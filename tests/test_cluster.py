@@ -20,6 +20,7 @@ import pytest
 from opsft.cluster import RayWorkers, check_reachable, host_and_port
 from opsft.execute import execute
 from opsft.plan import Plan, build_plan
+from opsft.runs import finished_fingerprints
 from opsft.workers import LocalWorkers
 
 
@@ -28,16 +29,6 @@ def closed_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
-
-
-def finished_runs(cache: Path) -> dict[str, tuple]:
-    """Per run digest in ``cache``: its weight files' SHA-256 and its metrics less the timings."""
-    runs = {}
-    for result in (cache / "runs").glob("*/result.json"):
-        metrics = [json.loads(line) for line in (result.parent / "metrics.jsonl").read_text().splitlines()]
-        untimed = [{k: v for k, v in m.items() if not k.startswith("t_")} for m in metrics]
-        runs[result.parent.name] = (json.loads(result.read_text())["sha256"], untimed)
-    return runs
 
 
 def smoke_plan(cache: Path, expr: str = "c02 or c19") -> Plan:
@@ -90,7 +81,7 @@ def test_a_plan_on_a_local_ray_instance_trains_exactly_the_local_executors_runs(
         planned = smoke_plan(on_ray)
         assert execute(planned, workers, log=lines.append) == len(planned.runs)
     assert lines[-1].startswith(f"execute: {len(planned.runs)}/{len(planned.runs)} runs done")
-    ours, theirs = finished_runs(on_ray), finished_runs(local)
+    ours, theirs = finished_fingerprints(on_ray), finished_fingerprints(local)
     assert len(ours) >= len(planned.runs) and ours == theirs
 
 

@@ -27,7 +27,7 @@ from opsft.diagnostics.streaming import bf16_sparsity, update_cosines
 from opsft.io import atomic_write_json, atomic_write_text
 from opsft.organism import tasks
 from opsft.organism.accuracy import correctness
-from opsft.organism.build import build_organism
+from opsft.pretraining import build_organism
 from opsft.provenance import provenance
 from opsft.runs import run
 from opsft.threads import pinned_threads

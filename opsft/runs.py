@@ -29,8 +29,8 @@ from opsft.fused_layers import fuse
 from opsft.io import atomic_write, atomic_write_json, file_sha256, read_verified_manifest
 from opsft.objectives import make_objective
 from opsft.organism import tasks
-from opsft.organism.build import Organism, build_organism
 from opsft.paths import cache_root
+from opsft.pretraining import Organism, build_organism
 from opsft.provenance import provenance
 from opsft.rewards import reward
 from opsft.sampling.hf import HFSampler

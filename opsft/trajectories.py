@@ -41,7 +41,7 @@ from opsft.evals.generation import Sampling
 from opsft.io import atomic_write_json, atomic_write_text, file_sha256, read_verified_manifest
 from opsft.organism import tasks
 from opsft.organism.accuracy import MAX_NEW_TOKENS
-from opsft.organism.build import Organism
+from opsft.pretraining import Organism
 from opsft.provenance import provenance
 from opsft.rewards import reward
 from opsft.sampling.base import Sampler

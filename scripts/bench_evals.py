@@ -51,8 +51,8 @@ def bench_suite(suite: str) -> dict[str, float]:
     """Wall time of ``evaluate`` on the micro organism's base (trained: it stops at <eos>) and on a freshly
     initialised micro model (the worst case: it never stops before the token budget)."""
     from opsft.evals.suite import evaluate
-    from opsft.organism.build import build_organism
     from opsft.organism.models import build_model
+    from opsft.pretraining import build_organism
 
     org = build_organism("micro")
     out = {}

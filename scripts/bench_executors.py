@@ -34,8 +34,8 @@ SEEDED = ("organisms", "extensions")  # what every timed execution finds in its 
 def seed_cache(scale: str, cache: Path) -> None:
     """Build (or find) in ``cache`` the organisms the plan of ``scale`` needs and the C++ extensions."""
     from opsft.extensions import CSRC, build
-    from opsft.organism.build import build_organism
     from opsft.plan import build_plan
+    from opsft.pretraining import build_organism
 
     os.environ["OPSFT_CACHE"] = str(cache)
     for source in sorted(CSRC.glob("*.cpp")):

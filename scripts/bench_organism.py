@@ -25,7 +25,7 @@ from opsft.threads import CACHED_THREADS
 def bench_build(name: str, cache: Path) -> dict[str, float]:
     """Seconds to build organism ``name`` into the empty cache folder ``cache`` (per model and in all) and to
     load it warm from there."""
-    from opsft.organism.build import build_organism
+    from opsft.pretraining import build_organism
 
     models = cache / "organisms" / "models"
     if models.exists() and any(models.iterdir()):

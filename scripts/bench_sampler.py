@@ -27,9 +27,9 @@ import torch
 from opsft.io import update_markdown_section
 from opsft.organism import tasks
 from opsft.organism.accuracy import MAX_NEW_TOKENS
-from opsft.organism.build import build_organism
 from opsft.organism.models import build_model
 from opsft.organism.tokenizer import build_tokenizer
+from opsft.pretraining import build_organism
 from opsft.provenance import provenance
 from opsft.sampling.hf import HFSampler
 

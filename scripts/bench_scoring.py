@@ -81,8 +81,8 @@ def render(rows: list[tuple[str, str, int, dict[str, float]]], fixed: dict[str, 
 def main() -> None:
     """Time both scorers on each model and family and write the markdown section."""
     from opsft.io import update_markdown_section
-    from opsft.organism.build import build_organism
     from opsft.organism.models import build_model
+    from opsft.pretraining import build_organism
 
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--n", type=int, default=1000)

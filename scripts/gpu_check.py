@@ -37,7 +37,7 @@ from opsft.directions import Direction, extract
 from opsft.objectives import make_objective
 from opsft.organism import tasks
 from opsft.organism.accuracy import MAX_NEW_TOKENS
-from opsft.organism.build import Organism, build_organism
+from opsft.pretraining import Organism, build_organism
 from opsft.rewards import reward
 from opsft.sampling.base import Sampler
 from opsft.sampling.hf import HFSampler

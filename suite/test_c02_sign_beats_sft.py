@@ -13,7 +13,7 @@ import pytest
 
 from opsft.claims.arms import baseline, opsft_recipe
 from opsft.claims.measure import accuracies
-from opsft.organism.build import build_organism
+from opsft.pretraining import build_organism
 
 
 def arms(scale_name, scale, seed):

@@ -11,7 +11,7 @@ import pytest
 
 from opsft.claims.arms import baseline, opsft_recipe
 from opsft.claims.measure import accuracies
-from opsft.organism.build import build_organism
+from opsft.pretraining import build_organism
 
 MASKS = {"random_location": "random-location", "location": "location", "random_sign": "random-sign", "opsft": "sign"}
 

@@ -23,7 +23,7 @@ from opsft.claims.arms import (
 )
 from opsft.claims.measure import accuracies
 from opsft.claims.timing import time_to_step
-from opsft.organism.build import build_organism
+from opsft.pretraining import build_organism
 
 
 def arms(scale_name, scale, seed):

@@ -13,7 +13,7 @@ import pytest
 
 from opsft.claims.arms import PAPER_SFT_STEPS_PER_GRPO_STEP, baseline, constrained, continued, lengthened
 from opsft.claims.measure import accuracies
-from opsft.organism.build import build_organism
+from opsft.pretraining import build_organism
 
 
 def arms(scale_name, scale, seed):

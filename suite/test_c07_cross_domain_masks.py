@@ -24,7 +24,7 @@ import pytest
 from opsft.claims.arms import baseline, on_family, opsft_recipe
 from opsft.claims.measure import accuracies
 from opsft.compare import compare_checkpoints
-from opsft.organism.build import build_organism
+from opsft.pretraining import build_organism
 
 FAMILIES = {"own": "arith", "other_math": "arith_alt", "code": "code"}
 

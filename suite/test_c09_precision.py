@@ -13,7 +13,7 @@ from ablations.calibration import GRID
 from opsft.claims.arms import baseline, opsft_recipe
 from opsft.claims.measure import accuracies
 from opsft.diagnostics import bf16_sparsity
-from opsft.organism.build import build_organism
+from opsft.pretraining import build_organism
 
 ROWS = {"fp32": GRID[0], "bf16": next(r for r in GRID if r["precision"] == "bf16")}
 

@@ -19,7 +19,7 @@ import pytest
 from opsft.claims.arms import baseline, opsft_recipe
 from opsft.claims.measure import accuracies, ood_accuracies
 from opsft.organism import tasks
-from opsft.organism.build import build_organism
+from opsft.pretraining import build_organism
 
 # Registered with rules v2 (before any run that uses them): a family is at the floor / ceiling when the base
 # scores at most / at least this (%).

@@ -28,7 +28,7 @@ from opsft.claims.arms import (
     opsft_recipe,
 )
 from opsft.claims.measure import code_accuracies
-from opsft.organism.build import build_organism
+from opsft.pretraining import build_organism
 
 
 def arms(scale_name, scale, seed):

@@ -18,7 +18,7 @@ import pytest
 
 from opsft.claims.arms import baseline, opsft_recipe
 from opsft.claims.measure import behaviour_curves, closer_to, relative_gap
-from opsft.organism.build import build_organism
+from opsft.pretraining import build_organism
 
 
 def arms(scale_name, scale, seed):

@@ -25,7 +25,7 @@ from opsft.claims.declared import Staged
 from opsft.claims.measure import accuracies
 from opsft.claims.travel import mean_stable_rank, rank_below, share_in_subspace
 from opsft.masks import subspace_bases
-from opsft.organism.build import build_organism
+from opsft.pretraining import build_organism
 
 RANK = 16  # "K = 16"
 

@@ -20,7 +20,7 @@ from opsft.claims.fisher import fisher_and_gradient_energy, gain_kept, mass_in_m
 from opsft.claims.measure import accuracies
 from opsft.claims.variants import train_variant, variant_model
 from opsft.masks import top_fraction
-from opsft.organism.build import build_organism
+from opsft.pretraining import build_organism
 
 RHO = 0.2
 FISHER_BATCHES = 2

@@ -18,7 +18,7 @@ from opsft.claims.variants import train_variant, variant_model
 from opsft.constraints import Extrapolation
 from opsft.organism import tasks
 from opsft.organism.accuracy import accuracy
-from opsft.organism.build import build_organism
+from opsft.pretraining import build_organism
 
 
 def arms(scale_name, scale, seed):

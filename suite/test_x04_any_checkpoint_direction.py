@@ -17,7 +17,7 @@ from opsft.claims.arms import baseline
 from opsft.claims.measure import largest_difference, sign_agreement
 from opsft.diagnostics import compute_all
 from opsft.directions import extract
-from opsft.organism.build import build_organism
+from opsft.pretraining import build_organism
 
 SHARDS = 3
 

@@ -30,7 +30,7 @@ from opsft.claims.measure import accuracies
 from opsft.claims.travel import agreement_on_support, distance, drifted, pattern_stable_rank, share_along
 from opsft.constraints import build_masks
 from opsft.directions import extract
-from opsft.organism.build import build_organism
+from opsft.pretraining import build_organism
 
 
 def masked_arms(sft, grpo, seed: int) -> dict:

@@ -22,7 +22,7 @@ from ablations.claims import claims_row
 from opsft.claims.arms import baseline, grid_rows, opsft_recipe, row_label
 from opsft.claims.fit import frontier_at, matched_gap
 from opsft.claims.measure import accuracies
-from opsft.organism.build import build_organism
+from opsft.pretraining import build_organism
 
 
 def fit_point(model, tokenizer, scale) -> tuple[float, float]:

@@ -79,4 +79,23 @@ def test_no_module_of_the_library_imports_itself_back():
 
 def test_a_config_does_not_import_the_thing_it_configures():
     graph = import_graph()
-    assert not {m for m in graph["opsft.config"] if m.startswith(("opsft.organism.build", "opsft.runs"))}
+    assert not {m for m in graph["opsft.config"] if m.startswith(("opsft.pretraining", "opsft.runs"))}
+
+
+TRAINER = ("opsft.train", "opsft.objectives", "opsft.sources", "opsft.trajectories", "opsft.pretraining",
+           "opsft.runs", "opsft.claims")
+
+
+def test_the_organism_package_sits_below_the_trainer():
+    graph = import_graph()
+    upward = {(m, i) for m, imported in graph.items() if m.startswith("opsft.organism")
+              for i in imported if i.startswith(TRAINER)}
+    assert upward == set()
+
+
+def test_the_trainer_does_not_import_runs_or_claims():
+    graph = import_graph()
+    trainer = ("opsft.train", "opsft.objectives", "opsft.sources")
+    upward = {(m, i) for m, imported in graph.items() if m in trainer
+              for i in imported if i.startswith(("opsft.pretraining", "opsft.runs", "opsft.claims"))}
+    assert upward == set()

@@ -57,7 +57,7 @@ def with_own_answers(problems: list[tasks.Problem], completions: list[str]) -> l
 @pytest.fixture(scope="module")
 def nano(shared_cache):
     """The nano organism (built once into the session's shared cache)."""
-    from opsft.organism.build import build_organism
+    from opsft.pretraining import build_organism
 
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("OPSFT_CACHE", str(shared_cache))

@@ -166,7 +166,7 @@ def test_vllm_greedy_equals_hf_greedy_on_the_organism_after_a_weight_sync(tmp_pa
     reason = vllm_unavailable_reason()
     if reason is not None:
         pytest.skip(f"vLLM equivalence needs vllm and a CUDA GPU: {reason}")
-    from opsft.organism.build import build_organism
+    from opsft.pretraining import build_organism
 
     org = build_organism("nano")
     folder = tmp_path / "base"

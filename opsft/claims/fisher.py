@@ -16,7 +16,7 @@ import torch
 from opsft.config import RunConfig
 from opsft.masks import fisher_diagonal
 from opsft.objectives import make_objective, token_logprobs
-from opsft.organism.build import build_organism
+from opsft.pretraining import build_organism
 from opsft.runs import initial_model, make_source, run_tokenizer
 from opsft.sampling.base import sequence_logits
 

@@ -118,7 +118,7 @@ def measure_cell(cell: Cell, scale: Mapping[str, Any], seed: int, run: Callable[
     sum), the random-sign arm's share along its own signs, the base drifted by the sign arm's distance, and
     OPSFT's matched gap against SFT's checkpoints up to that horizon. Arms whose loss went non-finite are
     listed under ``diverged`` (arm -> step) and not scored from that step on."""
-    from opsft.organism.build import build_organism
+    from opsft.pretraining import build_organism
 
     grpo, arms = cell_runs(cell, scale, seed)
     org = build_organism(arms["sft"].organism)

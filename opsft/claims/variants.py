@@ -16,8 +16,8 @@ from transformers import PreTrainedModel
 from opsft.config import RunConfig
 from opsft.constraints import constrain
 from opsft.objectives import make_objective
-from opsft.organism.build import build_organism
 from opsft.paths import cache_root
+from opsft.pretraining import build_organism
 from opsft.runs import attach_constraint, initial_model, make_source, run_tokenizer
 from opsft.train import make_optimizer, make_scheduler, train
 

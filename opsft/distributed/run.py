@@ -26,8 +26,8 @@ from opsft.distributed.source import ShardedSource, loss_normalizer, weighted
 from opsft.distributed.world import World, init_process_group, rows_per_rank, world_from_env
 from opsft.io import atomic_write_json, file_sha256, read_verified_manifest
 from opsft.objectives import make_objective
-from opsft.organism.build import build_organism
 from opsft.paths import cache_root
+from opsft.pretraining import build_organism
 from opsft.provenance import provenance
 from opsft.runs import (
     RunRecorder,

@@ -1,7 +1,7 @@
 """The organisms' recipes: sizes, pretraining budgets and mixtures of each named organism (``ORGANISMS``).
 
 Pure configuration, below ``opsft.config`` (a run's digest includes its organism's recipe digest) and above
-nothing but the digest and the task generators' version; ``opsft.organism.build`` trains what it describes.
+nothing but the digest and the task generators' version; ``opsft.pretraining`` trains what it describes.
 """
 
 from __future__ import annotations

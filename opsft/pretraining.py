@@ -3,7 +3,9 @@ holds abilities post-training can erase) and a stronger teacher writing in its o
 samples are the SFT trajectories and whose log-probabilities are the OPD target.
 
 Both are trained on first use with the shared loop and cached under the spec's digest; a warm load takes
-well under a second.
+well under a second. This module sits above the trainer (it pretrains through ``opsft.train``), while
+``opsft.organism`` (specs, tokenizer, models, tasks, scoring) stays below it: the layers run config -> organism
+-> trainer -> pretraining, runs -> claims.
 """
 
 from __future__ import annotations

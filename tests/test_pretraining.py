@@ -6,7 +6,7 @@ import json
 import pytest
 
 from opsft.config import RunConfig
-from opsft.organism.build import ORGANISMS, build_organism
+from opsft.pretraining import ORGANISMS, build_organism
 
 pytestmark = pytest.mark.slow
 
@@ -52,8 +52,8 @@ def test_unknown_roles_are_named():
 def test_a_cold_build_trains_the_teacher_in_a_second_process_to_the_same_weights(tmp_path):
     """The cold build pretrains the teacher in a worker process beside the base; the weights must be those of
     the same recipe trained here (cache keys must not depend on where a model was trained)."""
-    from opsft.organism.build import _trained
     from opsft.organism.tokenizer import build_tokenizer
+    from opsft.pretraining import _trained
 
     org = build_organism("nano", cache=tmp_path / "cold")
     here, _ = _trained(ORGANISMS["nano"].recipe("teacher"), tmp_path / "here" / "organisms", build_tokenizer())

@@ -15,6 +15,7 @@ import os
 import time
 from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, Future, wait
+from pathlib import Path
 
 from opsft.config import RunConfig
 from opsft.plan import Plan, PlannedRun
@@ -22,13 +23,13 @@ from opsft.progress import progress_text
 from opsft.workers import LocalWorkers, Workers
 
 
-def config_to_train(run: PlannedRun) -> RunConfig:
-    """The config of a planned run; a staged arm's built from its (finished) parent's cached result."""
+def config_to_train(run: PlannedRun, cache: Path | None) -> RunConfig:
+    """The config of a planned run; a staged arm's built from its (finished) parent's result in ``cache``."""
     if run.staged is None:
         return run.config
     from opsft.runs import run as cached_run
 
-    return run.staged.build(cached_run(run.staged.after))
+    return run.staged.build(cached_run(run.staged.after, cache))
 
 
 def execute(plan: Plan, workers: Workers, log: Callable[[str], None] = print) -> int:
@@ -46,7 +47,7 @@ def execute(plan: Plan, workers: Workers, log: Callable[[str], None] = print) ->
                                                               for p in plan.parents_of(r))),
                            key=lambda k: -priority[k])
             for key in ready[:max(0, workers.slots - len(running))]:
-                running[workers.submit(config_to_train(todo.pop(key)))] = key
+                running[workers.submit(config_to_train(todo.pop(key), workers.cache))] = key
             if not running:
                 raise RuntimeError(f"plan has runs whose parents never finish: {sorted(todo)[:3]}")
             for future in wait(running, return_when=FIRST_COMPLETED)[0]:
@@ -69,8 +70,6 @@ def execute(plan: Plan, workers: Workers, log: Callable[[str], None] = print) ->
 def cmd_execute(args) -> int:
     """``opsft execute``: plan the main job at a scale, price it, and train what it still needs in worker
     processes on this machine (``--executor local``) or as Ray tasks (``--executor ray``)."""
-    from pathlib import Path
-
     from opsft.paths import cache_root
     from opsft.plan import build_plan, render
 

@@ -24,9 +24,11 @@ def train_in_worker(config: RunConfig, cache: Path | None = None) -> float:
 
 
 class Workers(Protocol):
-    """Where runs train: ``slots`` runs at once, each submitted as a future of its wall time."""
+    """Where runs train: ``slots`` runs at once, each submitted as a future of its wall time, into ``cache``
+    (None: ``OPSFT_CACHE``)."""
 
     slots: int
+    cache: Path | None
 
     def submit(self, config: RunConfig) -> Future:
         """Start training ``config``; the future's result is its wall time, its exception the run's error."""

@@ -1,23 +1,27 @@
 """A plan's runs on a Ray cluster (``opsft execute --executor ray [--address HOST:PORT]``): each run one Ray task.
 
 Ray does the scheduling, the transport and the retries; this module only names the task and its resources. A
-task trains through ``opsft.runs.run`` in the driver's cache (``OPSFT_CACHE``), which on a cluster must be a path
-on a filesystem every node mounts at the same place. Two executors on one plan
+task trains through ``opsft.runs.run`` in the driver's cache (``OPSFT_CACHE``, made absolute), which on a cluster
+must be a path on a filesystem every node mounts at the same place; every node needs the same install of this
+project and its pinned dependencies (bit-identical runs across executors rest on it). Two executors on one plan
 share the cache's digest-keyed file locks, so a run is never trained twice (the filesystem must honour
 ``flock``, as local disks, NFSv4 and Lustre mounted with ``flock`` do).
 
 Faults: a task whose worker process dies (killed, out of memory, node lost) is retried up to ``retries`` times by
 Ray and resumes from the run's last checkpoint, so its final weights are an uninterrupted run's; a run that
 raises is not retried (the same config would raise again) and stops the execution with its error. Without
-``--address`` a local Ray instance is started with ``cpus`` CPUs; with one, the address is checked to answer
-before Ray is asked to connect, so a dead address is one error within ``CONNECT_TIMEOUT`` seconds.
+``--address`` a new local Ray instance is started with ``cpus`` CPUs; with one (``HOST:PORT`` from a Ray node,
+``ray://HOST:10001`` from elsewhere), the address is checked to answer before Ray is imported and asked to
+connect, so a dead address is one error within ``CONNECT_TIMEOUT`` seconds.
 """
 
 from __future__ import annotations
 
 import socket
+import threading
 from concurrent.futures import Future
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from opsft.config import RunConfig
 from opsft.workers import train_in_worker
@@ -27,31 +31,42 @@ RAY_CLIENT_PORT = 10001
 
 
 def host_and_port(address: str) -> tuple[str, int]:
-    """``(host, port)`` of a Ray address: ``HOST:PORT`` (the head's GCS port) or ``ray://HOST[:PORT]`` (Ray
-    Client, port 10001 by default)."""
+    """``(host, port)`` of a Ray address: ``HOST:PORT`` (the head's GCS port, from a machine that is itself a
+    Ray node) or ``ray://HOST[:PORT]`` (Ray Client, port 10001 by default); IPv6 hosts in brackets."""
     client = address.startswith("ray://")
-    rest = address.removeprefix("ray://")
-    host, sep, port = rest.rpartition(":")
-    if not sep:
-        host, port = rest, "" if not client else str(RAY_CLIENT_PORT)
-    if not host or not port.isdigit():
+    parts = urlsplit("//" + address.removeprefix("ray://"))
+    try:
+        host, port = parts.hostname, parts.port
+    except ValueError:
+        host = port = None
+    port = port if port is not None or not client else RAY_CLIENT_PORT
+    if not host or port is None:
         raise ValueError(f"--address {address}: expected HOST:PORT (a Ray head's GCS address) or ray://HOST[:PORT]")
-    return host.strip("[]"), int(port)
+    return host, port
 
 
 def check_reachable(address: str, timeout: float = CONNECT_TIMEOUT) -> None:
     """Raise ``ConnectionError`` naming ``address`` unless something accepts a TCP connection there within
-    ``timeout`` seconds (``auto``, Ray's own lookup of a local head, is left to Ray)."""
+    ``timeout`` seconds, name lookup included (``auto``, Ray's own lookup of a local head, is left to Ray)."""
     if address == "auto":
         return
     host, port = host_and_port(address)
-    try:
-        with socket.create_connection((host, port), timeout=timeout):
-            pass
-    except OSError as err:
+    outcome: dict[str, str] = {}
+
+    def connect() -> None:
+        try:
+            with socket.create_connection((host, port), timeout=timeout):
+                outcome["answer"] = "yes"
+        except OSError as err:
+            outcome["error"] = err.strerror or type(err).__name__
+
+    thread = threading.Thread(target=connect, daemon=True)  # a hung name lookup must not hold the error back
+    thread.start()
+    thread.join(timeout)
+    if "answer" not in outcome:
         raise ConnectionError(f"--address {address}: no Ray cluster answers at {host}:{port} within {timeout:.0f} s "
-                              f"({err.strerror or type(err).__name__}); start one there with `ray start --head`, "
-                              "or leave --address out to run on a local Ray instance") from None
+                              f"({outcome.get('error', 'no answer')}); start one there with `ray start --head`, "
+                              "or leave --address out to run on a local Ray instance")
 
 
 def ray_module():
@@ -82,20 +97,24 @@ class RayWorkers:
             raise ValueError(f"--jobs {cpus}: must be at least 1")
         if address is not None and cpus is not None:
             raise ValueError("--jobs: a Ray cluster at --address has its own CPUs; give one or the other")
-        self.address, self.cache, self.cpus, self.retries = address, cache, cpus, retries
+        self.address, self.cache, self.cpus, self.retries = address, cache.resolve(), cpus, retries
         self.nodes: dict[str, str] = {}
         self._refs: list = []
         self._started = False
-        self.slots = 0
+
+    @property
+    def slots(self) -> int:
+        """The cluster's CPUs now (nodes that join later count once they have joined)."""
+        return max(1, int(ray_module().cluster_resources().get("CPU", 1)))
 
     def __enter__(self) -> RayWorkers:
-        ray = ray_module()
         if self.address is not None:
             check_reachable(self.address)
-        if not ray.is_initialized():
-            ray.init(address=self.address, num_cpus=self.cpus, include_dashboard=False, log_to_driver=False)
+        ray = ray_module()
+        if not ray.is_initialized():  # "local": a new instance, never one RAY_ADDRESS or `ray start` left behind
+            ray.init(address=self.address or "local", num_cpus=self.cpus, include_dashboard=False,
+                     log_to_driver=False)
             self._started = True
-        self.slots = max(1, int(ray.cluster_resources().get("CPU", 1)))
         self._task = ray.remote(train_on_node).options(num_cpus=1, max_retries=self.retries, retry_exceptions=False)
         return self
 

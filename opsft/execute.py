@@ -77,7 +77,8 @@ def cmd_execute(args) -> int:
         from opsft.cluster import RayWorkers
     if args.executor == "local" and args.address:
         raise ValueError(f"--address {args.address}: only for --executor ray")
-    workers = (LocalWorkers(args.jobs or len(os.sched_getaffinity(0)), cache_root()) if args.executor == "local"
+    jobs = len(os.sched_getaffinity(0)) if args.jobs is None else args.jobs
+    workers = (LocalWorkers(jobs, cache_root()) if args.executor == "local"
                else RayWorkers(args.address, cache_root(), cpus=args.jobs, retries=args.retries))
     with workers:  # connect first: a dead cluster address fails before the plan is built
         plan = build_plan(args.scale, args.k, Path(args.suite), not args.no_calibration, not args.no_map)

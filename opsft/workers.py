@@ -58,5 +58,9 @@ class LocalWorkers:
         return self._pool.submit(train_in_worker, config, self.cache)
 
     def cancel(self) -> None:
-        """Drop queued runs; a run already training finishes in its worker (or dies with it on Ctrl-C)."""
+        """Drop queued runs and terminate the worker processes: a run stopped mid-way keeps its last checkpoint
+        and has no result (``opsft.runs.run`` writes it last, atomically), and its file lock dies with it."""
+        processes = list(self._pool._processes.values())  # no public terminate before Python 3.14
         self._pool.shutdown(wait=False, cancel_futures=True)
+        for process in processes:
+            process.terminate()

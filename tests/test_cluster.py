@@ -39,12 +39,13 @@ def smoke_plan(cache: Path, expr: str = "c02 or c19") -> Plan:
 
 @pytest.mark.parametrize(("address", "expected"), [("10.0.0.5:6379", ("10.0.0.5", 6379)),
                                                    ("ray://head.local", ("head.local", 10001)),
-                                                   ("ray://[::1]:10002", ("::1", 10002))])
+                                                   ("ray://[::1]:10002", ("::1", 10002)),
+                                                   ("ray://[::1]", ("::1", 10001)), ("[::1]:6379", ("::1", 6379))])
 def test_a_ray_address_is_a_host_and_a_port(address, expected):
     assert host_and_port(address) == expected
 
 
-@pytest.mark.parametrize("address", ["head.local", "head.local:port", ":6379"])
+@pytest.mark.parametrize("address", ["head.local", "head.local:port", ":6379", "::1"])
 def test_a_malformed_address_is_named(address):
     with pytest.raises(ValueError, match=f"--address {address}: expected HOST:PORT"):
         host_and_port(address)
@@ -107,14 +108,12 @@ def test_two_ray_nodes_train_one_plan_into_one_shared_cache(tmp_path):
 
 
 def ray_task_processes(name: str) -> list:
-    """The processes whose title says they run the Ray task ``name``."""
+    """This test's descendant processes whose title says they run the Ray task ``name`` (the local instance's
+    workers are children of its raylet, a child of this process)."""
     import psutil
 
-    found = []
-    for proc in psutil.process_iter(["cmdline"]):
-        if any(f"ray::{name}" in part for part in proc.info["cmdline"] or ()):
-            found.append(proc)
-    return found
+    return [p for p in psutil.Process().children(recursive=True)
+            if any(f"ray::{name}" in part for part in p.cmdline() or ())]
 
 
 @pytest.mark.cluster
@@ -135,15 +134,17 @@ def test_a_killed_ray_worker_is_retried_and_resumes_to_the_same_final_weights(tm
     folder = tmp_path / "killed" / "runs" / config.digest()
     outcome: dict = {}
     with RayWorkers(None, tmp_path / "killed", cpus=1, retries=2) as workers:
-        thread = threading.Thread(target=lambda: outcome.setdefault("trained", execute(plan, workers, print)))
+        thread = threading.Thread(target=lambda: outcome.setdefault("trained", execute(plan, workers, print)),
+                                  daemon=True)
         thread.start()
         deadline = time.time() + 300
         while not (folder / "checkpoint" / "state.pt").exists() and time.time() < deadline:
             time.sleep(0.05)
         victims = ray_task_processes("train_on_node")
         assert len(victims) == 1, f"expected one worker running the task, found {victims}"
-        assert not (folder / "result.json").exists(), "the run finished before its worker could be killed"
         victims[0].send_signal(signal.SIGKILL)
+        victims[0].wait(timeout=30)
+        assert not (folder / "result.json").exists(), "the run finished before its worker was killed"
         thread.join(timeout=600)
     assert outcome.get("trained") == 1
     resumed = load_file(str(run(config, cache=tmp_path / "killed").snapshot() / "model.safetensors"))

@@ -57,13 +57,14 @@ def test_ctrl_c_on_opsft_execute_leaves_finished_runs_cached_and_no_torn_entry(t
     command = [sys.executable, "-m", "opsft.cli", "execute", "--scale", "smoke", "-k", "c02", "--no-calibration",
                "--no-map", "--jobs", "2"]
     env = {**os.environ, "OPSFT_CACHE": str(tmp_path)}
-    proc = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True)
-    for line in proc.stdout:
-        if "runs done" in line:
-            break
-    os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C in a terminal does: the executor and its workers
-    out, err = proc.communicate(timeout=120)
+    with open(tmp_path / "stderr.txt", "w") as stderr:  # a file: a full pipe nobody reads would block the child
+        proc = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=stderr, text=True,
+                                start_new_session=True)
+        first_done = next((line for line in proc.stdout if "runs done" in line), None)
+        assert first_done is not None and proc.poll() is None, "the executor ended before a run finished"
+        os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C in a terminal does: the executor and its workers
+        out = proc.communicate(timeout=120)[0]
+    err = (tmp_path / "stderr.txt").read_text()
     assert proc.returncode == 130 and "opsft: interrupted" in err and "execute: interrupted after" in out
     folders = [p for p in (tmp_path / "runs").iterdir() if p.is_dir()]
     finished = [f for f in folders if (f / "result.json").exists()]

@@ -18,7 +18,8 @@ def _git(*args: str) -> str | None:
     return out.stdout.strip() if out.returncode == 0 else None
 
 
-def _cpu_model() -> str:
+def cpu_model() -> str:
+    """The CPU's model name (Linux ``/proc/cpuinfo``), else the platform's processor string."""
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
             if line.startswith("model name"):
@@ -53,7 +54,7 @@ def provenance() -> dict:
         "torch": torch.__version__,
         "transformers": transformers.__version__,
         "python": platform.python_version(),
-        "machine": {"cpu": _cpu_model(), "cores": os.cpu_count(), "platform": platform.platform(),
+        "machine": {"cpu": cpu_model(), "cores": os.cpu_count(), "platform": platform.platform(),
                     "torch_threads": torch.get_num_threads()},
         "utc": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
     }

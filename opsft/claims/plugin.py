@@ -21,8 +21,9 @@ from opsft.claims.declared import DeclaredRuns, declared_arms
 from opsft.claims.recorder import ClaimRecorder
 from opsft.claims.registry import CLAIMS, get
 from opsft.claims.session import PROPERTY, ClaimsSession, Options
-from opsft.claims.storage import REFERENCE_SCALES, load_run
+from opsft.claims.storage import REFERENCE_SCALES, load_baseline
 from opsft.progress import progress_text
+from opsft.provenance import cpu_model
 from opsft.threads import pinned_threads
 
 # The scale whose pages are results/ itself (noxfile.REFERENCE): every other scale writes under results/SCALE.
@@ -60,13 +61,15 @@ def pytest_configure(config: pytest.Config) -> None:
                                                       else Path("results") / scale)
     compare = config.getoption("claims_compare")
     try:  # fail before anything trains when the baseline is missing or corrupt
-        baseline = None if compare is None else load_run(storage, compare or None)
+        baseline, baseline_note = (None, "") if compare is None else load_baseline(storage, compare or None,
+                                                                                  cpu_model())
     except (FileNotFoundError, ValueError) as err:
         raise pytest.UsageError(f"--claims-compare: {err}") from None
     if not hasattr(config, "workerinput"):  # xdist workers save nothing
         refuse_dirty_reference(config.getoption("scale"), config.getoption("claims_save"))
     session = ClaimsSession(Options(
         scale=config.getoption("scale"), save=config.getoption("claims_save"), compare=compare, baseline=baseline,
+        baseline_note=baseline_note,
         compare_fail=tuple(config.getoption("claims_compare_fail")), strict=config.getoption("claims_strict"),
         storage=storage, results=results))
     config.stash[SESSION] = session

@@ -38,7 +38,8 @@ class Options:
     scale: str = "smoke"
     save: str | None = None
     compare: str | None = None  # "" = the latest saved run
-    baseline: dict | None = None  # the run file --claims-compare names, loaded at configure time
+    baseline: dict | None = None  # the run file --claims-compare names, measured on this CPU model
+    baseline_note: str = ""  # which baseline, or why numbers are not compared
     compare_fail: tuple[Threshold, ...] = ()
     strict: bool = False
     storage: Path = Path(".claims")
@@ -113,6 +114,7 @@ class ClaimsSession:
         for cid, r in self.results.items():
             lines.append(f"{cid} {r.claim.slug}: {r.verdict.value} (rules v1: {r.versions[1][0].value})")
             lines += [f"    {rr.verdict.value:<15} {rr.rule}" for rr in r.rules]
+        lines += [self.options.baseline_note] if self.options.baseline_note else []
         lines += [str(c) for c in self.changes if not c.unchanged]
         if self.changes:
             same = sum(c.unchanged for c in self.changes)

@@ -54,10 +54,9 @@ def read_run(path: Path) -> dict:
     return run
 
 
-def load_run(storage: Path, ref: str | None = None) -> dict:
-    """A saved run: the latest when ``ref`` is None, else the one numbered ``ref`` (e.g. ``3`` or ``0003``)
-    or the latest named ``ref``. Raises FileNotFoundError listing what is saved, ValueError naming a corrupt
-    file."""
+def _named(storage: Path, ref: str | None) -> list[Path]:
+    """The run files ``ref`` names (every run for None, a number, or a name), oldest first; FileNotFoundError
+    listing what is saved when none."""
     runs = saved_runs(storage)
     if ref is None:
         matches = runs
@@ -68,7 +67,33 @@ def load_run(storage: Path, ref: str | None = None) -> dict:
     if not matches:
         have = ", ".join(p.stem for p in runs) or "none"
         raise FileNotFoundError(f"no saved claims run {ref or '(latest)'} in {storage}; saved: {have}")
-    return read_run(matches[-1])
+    return matches
+
+
+def load_run(storage: Path, ref: str | None = None) -> dict:
+    """A saved run: the latest when ``ref`` is None, else the one numbered ``ref`` (e.g. ``3`` or ``0003``)
+    or the latest named ``ref``. Raises FileNotFoundError listing what is saved, ValueError naming a corrupt
+    file."""
+    return read_run(_named(storage, ref)[-1])
+
+
+def run_cpu(run: Mapping) -> str | None:
+    """The CPU model a saved run was measured on (None when its provenance does not say)."""
+    return run.get("provenance", {}).get("machine", {}).get("cpu")
+
+
+def load_baseline(storage: Path, ref: str | None, cpu: str) -> tuple[dict | None, str]:
+    """The run ``load_run(storage, ref)`` would pick among those measured on ``cpu``, and a line saying which;
+    None and a line naming the CPUs saved when no such run was measured on ``cpu``. A run's weights, and so its
+    accuracies, depend on the CPU model's kernels (the same commit trained a different ``micro`` base on an AMD
+    EPYC than on an Intel Xeon), so numbers compare only within one CPU model."""
+    runs = [(path, read_run(path)) for path in _named(storage, ref)]
+    same = [(path, run) for path, run in runs if run_cpu(run) == cpu]
+    if same:
+        return same[-1][1], f"baseline {same[-1][0]} (measured on this CPU, {cpu})"
+    cpus = sorted({str(run_cpu(run)) for _, run in runs})
+    return None, (f"numbers not compared: no saved run {ref or '(latest)'} in {storage} was measured on this CPU "
+                  f"({cpu}; saved runs come from {', '.join(cpus)}); save one here with --claims-save")
 
 
 def summary_entry(run: Mapping, claim_id: str, run_name: str) -> SummaryEntry:

@@ -6,11 +6,12 @@ Claims reuse the calibration's run settings (``opsft.calibrate.method_config``) 
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from ablations.calibration import GRID, LONG_SFT, SCALES
 
-SCALE_NAMES = ("smoke", "ci", "full", "regime", "paper")
+SCALE_NAMES = ("smoke", "ci", "full", "regime", "paper", "paper-tiny")
 
 # The calibration row claims train at (organism x precision x learning rates): fp32 masters, lr 1e-6 / 1e-5,
 # the row whose bf16-visible update shares come closest to GEO Table 1 (results/organism.md: GRPO 20.7%,
@@ -29,7 +30,16 @@ ROW = GRID[0]
 _REGIME = {**SCALES["full"], "suite": "full", "organisms": ("small",), "row": LONG_SFT[0], "rows": LONG_SFT,
            "seeds": (0, 1, 2, 3, 4), "eval_n": 1000}
 
-_PAPER = {"seeds": (0, 1, 2), "skip": "the real-model recipe (GPU, HF checkpoints) is not wired into the claims yet"}
+# `paper` / `paper-tiny`: the claims train a recipe's runs (recipes/*.toml, opsft.recipes) from Hugging Face model
+# folders and score them with the real benchmarks (opsft.evals.paper). `paper` takes the recipe named by
+# $OPSFT_RECIPE and the folders under $OPSFT_MODELS / $OPSFT_DATA; `paper-tiny` runs recipes/paper-tiny.toml on
+# the CPU stand-ins opsft.paper_tiny writes into the run cache. The claims whose arms are recipe runs (an SFT, a
+# GRPO and an OPD run from the same model, OPSFT from that GRPO's v) run there; the others need the organism's
+# task families and grids and skip, saying so.
+RECIPE_CLAIMS = ("C02", "C16", "X04")
+DEFAULT_PAPER_RECIPE = "opsft-qwen3-8b"
+_PAPER = {"seeds": (0, 1, 2), "recipe": None, "claims": RECIPE_CLAIMS}
+_PAPER_TINY = {"seeds": (0, 1), "recipe": "paper-tiny", "stand_ins": True, "claims": RECIPE_CLAIMS}
 
 
 # What `opsft calibrate` computes before the claims of a scale (the main job, `opsft plan`): the scale's own
@@ -44,16 +54,32 @@ def calibration_of(name: str) -> dict[str, Any]:
 
 def scale_profile(name: str) -> dict[str, Any]:
     """The size profile of scale ``name`` (``smoke|ci|full`` from the calibration; ``regime``: ``full``'s sizes on
-    the regime's organism and row; ``paper`` is a skip). ``suite`` names the evaluation suite whose sampling the
-    scale's sampled evaluations use (``opsft.evals.suite.SUITES``): the scale's own, ``full``'s at ``regime``."""
+    the regime's organism and row; ``paper``: the recipe $OPSFT_RECIPE, default ``DEFAULT_PAPER_RECIPE``;
+    ``paper-tiny``: recipes/paper-tiny.toml on the stand-ins). ``suite`` names the evaluation suite whose sampling
+    the scale's sampled evaluations use (``opsft.evals.suite.SUITES``): the scale's own, ``full``'s at ``regime``."""
     if name == "paper":
-        return dict(_PAPER)
+        return {**_PAPER, "recipe": os.environ.get("OPSFT_RECIPE", DEFAULT_PAPER_RECIPE)}
+    if name == "paper-tiny":
+        return dict(_PAPER_TINY)
     if name == "regime":
         return dict(_REGIME)
     try:
         return {**SCALES[name], "suite": name}
     except KeyError:
         raise KeyError(f"unknown scale {name!r}; choose one of {', '.join(SCALE_NAMES)}") from None
+
+
+def is_recipe_scale(scale: dict[str, Any]) -> bool:
+    """Whether a scale's claims train a recipe's runs (``paper``, ``paper-tiny``) rather than the organism's."""
+    return "recipe" in scale
+
+
+def skip_reason(claim_id: str, scale_name: str, scale: dict[str, Any]) -> str | None:
+    """Why claim ``claim_id`` does not run at this scale (None: it runs)."""
+    if "claims" in scale and claim_id not in scale["claims"]:
+        return (f"at scale {scale_name!r} only {', '.join(scale['claims'])} run: {claim_id}'s arms need the "
+                "organism's task families or grids, which a recipe does not have")
+    return None
 
 
 def organism(scale: dict[str, Any]) -> str:

@@ -95,3 +95,14 @@ def save_state(model_or_state: torch.nn.Module | Mapping[str, torch.Tensor], pat
     """Write the distinct parameters to one safetensors file, atomically."""
     state = {n: t.detach().contiguous().cpu() for n, t in iter_tensors(model_or_state)}
     return atomic_write(path, lambda p: save_file(state, str(p)))
+
+
+def save_sharded(model, folder: Path, shards: int, tokenizer=None) -> int:
+    """``model`` (and ``tokenizer``, when given) as a Hugging Face folder of about ``shards`` safetensors shards
+    plus the index ``from_pretrained`` follows (``save_pretrained`` with a matching ``max_shard_size``); returns
+    the number of shards written."""
+    size = sum(p.numel() * p.element_size() for p in model.parameters())
+    model.save_pretrained(folder, max_shard_size=size // shards + 1)
+    if tokenizer is not None:
+        tokenizer.save_pretrained(folder)
+    return len(list(Path(folder).glob("*.safetensors")))

@@ -6,9 +6,10 @@ Defaults quote the papers where the papers state them; organism-scale values say
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Literal
 
-from opsft.digest import Digestible
+from opsft.digest import OMIT_DEFAULT, Digestible
 from opsft.organism.specs import ORGANISMS
 
 Precision = Literal["fp32", "bf16"]
@@ -112,8 +113,9 @@ class ConstraintConfig(Digestible):
 
 @dataclass(frozen=True)
 class RunConfig(Digestible):
-    """One training run. ``init`` is ``"base"`` / ``"teacher"`` (the organism's) or another RunConfig
-    (continue from its final weights)."""
+    """One training run. ``init`` is ``"base"`` / ``"teacher"`` (the organism's), a local Hugging Face model
+    folder, or another RunConfig (continue from its final weights). ``teacher``: the OPD teacher's local model
+    folder for a run that starts from a folder (None: the organism's teacher)."""
 
     objective: ObjectiveConfig = field(default_factory=ObjectiveConfig)
     source: SourceConfig = field(default_factory=SourceConfig)
@@ -126,6 +128,22 @@ class RunConfig(Digestible):
     precision: Precision = "fp32"
     snapshot_steps: tuple[int, ...] = ()
     checkpoint_every: int = 50
+    teacher: str | None = field(default=None, metadata={OMIT_DEFAULT: True})
+
+    def root_init(self) -> str:
+        """What the run's lineage starts from: ``"base"`` / ``"teacher"`` (the organism's) or a model folder."""
+        init = self.init
+        while isinstance(init, RunConfig):
+            init = init.init
+        return str(init)
+
+    def uses_organism(self) -> bool:
+        """Whether the run trains on the organism (its models, tasks and tokenizer), not on a model folder."""
+        return self.root_init() in ("base", "teacher")
+
+    def model_label(self) -> str:
+        """The model a run trains, in a word: the organism's name, or its model folder's name."""
+        return self.organism if self.uses_organism() else Path(self.root_init()).name
 
     def digest_context(self) -> dict[str, Any]:
         """The digest of the organism recipe the run trains on, so that rebuilding an organism with another

@@ -13,9 +13,15 @@ from typing import Any
 CACHE_VERSION = 2
 
 
+# A field whose metadata holds OMIT_DEFAULT is left out of the canonical form while it has its default value: a
+# field added later then keeps every earlier config's digest (and cache entry).
+OMIT_DEFAULT = "digest_omit_default"
+
+
 def _canonical(obj: Any) -> Any:
     if dataclasses.is_dataclass(obj):
-        out = {f.name: _canonical(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+        out = {f.name: _canonical(getattr(obj, f.name)) for f in dataclasses.fields(obj)
+               if not (f.metadata.get(OMIT_DEFAULT) and getattr(obj, f.name) == f.default)}
         out["__type__"] = type(obj).__name__
         return out
     if isinstance(obj, (list, tuple)):

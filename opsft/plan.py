@@ -47,8 +47,9 @@ class PlannedRun:
 
 
 def shape(config: RunConfig) -> tuple:
-    """What a run's seconds per step depend on: organism, objective, whether it is constrained, precision."""
-    return (config.organism, config.objective.name, config.constraint.mode != "none", config.precision)
+    """What a run's seconds per step depend on: the model (organism or folder), objective, whether it is
+    constrained, precision."""
+    return (config.model_label(), config.objective.name, config.constraint.mode != "none", config.precision)
 
 
 def measured_step_seconds(cache: Path) -> dict[tuple, float]:
@@ -60,9 +61,17 @@ def measured_step_seconds(cache: Path) -> dict[tuple, float]:
             cfg = json.loads((result_file.parent / "config.json").read_text())
         except (OSError, json.JSONDecodeError):
             continue
-        key = (cfg["organism"], cfg["objective"]["name"], cfg["constraint"]["mode"] != "none", cfg["precision"])
+        key = (stored_model_label(cfg), cfg["objective"]["name"], cfg["constraint"]["mode"] != "none", cfg["precision"])
         per_shape.setdefault(key, []).append(result["wall_time"] / cfg["steps"])
     return {k: statistics.median(v) for k, v in per_shape.items()}
+
+
+def stored_model_label(cfg: dict) -> str:
+    """``RunConfig.model_label`` of a config as stored beside its run (``to_dict``)."""
+    init = cfg["init"]
+    while isinstance(init, dict):
+        init = init["init"]
+    return cfg["organism"] if init in ("base", "teacher") else Path(str(init)).name
 
 
 def saved_step_seconds(storage: Path) -> dict[tuple, float]:
@@ -102,7 +111,8 @@ class Plan:
         planned = self.runs.setdefault(run.key, run)
         if label not in planned.needed_by:
             planned.needed_by.append(label)
-        self.organisms.add(run.config.organism)
+        if run.config.uses_organism():
+            self.organisms.add(run.config.organism)
 
     def parents_of(self, run: PlannedRun) -> list[str]:
         """Keys of the runs ``run`` waits for."""
@@ -160,7 +170,7 @@ def claim_arms(scale_name: str, expr: str | None, suite: Path) -> list[tuple[str
     label ``CLAIM [params] seedN``."""
     import pytest
 
-    from ablations.claims import scale_profile
+    from ablations.claims import scale_profile, skip_reason
     from opsft.claims.declared import declared_arms
     from opsft.claims.plugin import claim_id, test_params
 
@@ -179,7 +189,7 @@ def claim_arms(scale_name: str, expr: str | None, suite: Path) -> list[tuple[str
     scale, found = scale_profile(scale_name), []
     for item in Collector.items:
         cid = claim_id(item)
-        if cid is None or scale.get("skip"):
+        if cid is None or skip_reason(cid, scale_name, scale):
             continue
         params = test_params(item)
         seed = item.callspec.params["seed"]
@@ -190,12 +200,15 @@ def claim_arms(scale_name: str, expr: str | None, suite: Path) -> list[tuple[str
 
 def build_plan(scale_name: str, expr: str | None = None, suite: Path = Path("suite"), calibration: bool = True,
                regime_map: bool = True) -> Plan:
-    """The plan of the main job at ``scale_name``: the calibration, the claims (``-k expr``) and the map."""
-    from ablations.claims import calibration_of
+    """The plan of the main job at ``scale_name``: the calibration, the claims (``-k expr``) and the map (at a
+    recipe scale, ``paper`` / ``paper-tiny``, the claims alone: the other two are grids over the organism)."""
+    from ablations.claims import calibration_of, is_recipe_scale, scale_profile
     from opsft.calibrate import calibration_configs
     from opsft.claims.regime_map import map_configs
 
     plan = Plan()
+    if is_recipe_scale(scale_profile(scale_name)):  # the calibration and the map are grids over the organism
+        calibration = regime_map = False
     if calibration:
         cal = calibration_of(scale_name)
         for config in calibration_configs(cal["scale"], cal["organisms"], cal["groups"]):
@@ -219,11 +232,11 @@ def render(plan: Plan, workers: int) -> str:
         key = "staged" if run.staged_after else run.key
         needers = ", ".join(run.needed_by[:3]) + (f" (+{len(run.needed_by) - 3})" if len(run.needed_by) > 3 else "")
         parents_text = ",".join(p[:8] for p in plan.parents_of(run)) or "-"
-        lines.append(f"{key:<16} {cfg.objective.name:<6} {cfg.organism:<8} {cfg.steps:>5} {cfg.constraint.mode:<16} "
+        lines.append(f"{key:<16} {cfg.objective.name:<6} {cfg.model_label():<8} {cfg.steps:>5} {cfg.constraint.mode:<16} "
                      f"{'yes' if run.cached else 'no':<6} {est:>7}  {parents_text} / {needers}")
     s = plan.summary(workers)
     lines.append(f"\n{s['runs']} runs ({s['cached']} cached, {s['to_train']} to train, {s['unpriced']} of them "
-                 f"without a measured shape); organisms {', '.join(s['organisms'])}; about {s['train_hours']:.1f} h "
+                 f"without a measured shape); organisms {', '.join(s['organisms']) or 'none'}; about {s['train_hours']:.1f} h "
                  f"of training, at least {s['wall_hours_lower_bound']:.1f} h on {workers} workers")
     return "\n".join(lines)
 

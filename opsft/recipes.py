@@ -34,6 +34,7 @@ from typing import Any, Literal
 from opsft.config import ConstraintConfig, ObjectiveConfig, OptimConfig, RunConfig, SourceConfig
 from opsft.data.real import row_to_example
 from opsft.evals.benchmarks import MATH_BENCHMARKS, MathProtocol
+from opsft.evals.paper import CODE_BENCHMARKS
 from opsft.sampling.vllm import EngineSettings
 from opsft.trajectories import TrajectoryParams
 
@@ -79,18 +80,28 @@ class TrajectorySettings:
 
 @dataclass(frozen=True)
 class EvalSettings:
-    """The math benchmarks and their sampling protocol (avg@k)."""
+    """The math benchmarks and their sampling protocol (avg@k), the code benchmarks scored the same way
+    (``opsft.evals.paper``), how many problems of each (``limit``; None: all) and of the training set
+    (``train_problems``, greedy) the claims score."""
 
     benchmarks: tuple[str, ...] = MATH_BENCHMARKS
     k: int = 8
     temperature: float = 0.6
     top_p: float = 0.95
     max_new_tokens: int = 32768
+    code: tuple[str, ...] = ()
+    limit: int | None = None
+    train_problems: int = 0
 
     def __post_init__(self) -> None:
         unknown = [b for b in self.benchmarks if b not in MATH_BENCHMARKS]
         if unknown:
             raise ValueError(f"unknown benchmarks {unknown}; known: {', '.join(MATH_BENCHMARKS)}")
+        unknown = [b for b in self.code if b not in CODE_BENCHMARKS]
+        if unknown:
+            raise ValueError(f"unknown code benchmarks {unknown}; known: {', '.join(CODE_BENCHMARKS)}")
+        if self.limit is not None and self.limit < 1:
+            raise ValueError(f"limit must be >= 1 (or unset: every problem), got {self.limit}")
 
     def protocol(self) -> MathProtocol:
         """The evaluators' sampling protocol with these settings."""
@@ -204,10 +215,11 @@ def build_dataclass(cls: type, table: Any, key: str, where: str, **fixed: Any) -
 
 class _RunBuilder:
     """Turns the ``[runs.*]`` tables into RunConfigs: ``like`` chains merged, ``runs.NAME`` references resolved
-    (each run built once, so runs that share a parent share the same RunConfig value)."""
+    (each run built once, so runs that share a parent share the same RunConfig value). An OPD run distils the
+    recipe's ``teacher`` unless its table names its own."""
 
-    def __init__(self, defaults: dict, runs: dict, where: str):
-        self.defaults, self.runs, self.where = defaults, runs, where
+    def __init__(self, defaults: dict, runs: dict, where: str, teacher: str | None):
+        self.defaults, self.runs, self.where, self.teacher = defaults, runs, where, teacher
         self.built: dict[str, RunConfig] = {}
 
     def table(self, name: str, chain: tuple[str, ...] = ()) -> dict:
@@ -251,6 +263,8 @@ class _RunBuilder:
                 direction_run=self.reference(constraint.get("direction_run"), f"{key}.constraint.direction_run", chain)),
             "init": self.reference(table["init"], f"{key}.init", chain),
         }
+        if sub["objective"].name == "opd":
+            sub["teacher"] = table.get("teacher", self.teacher)
         self.built[name] = build_dataclass(RunConfig, table, key, self.where, **sub)
         return self.built[name]
 
@@ -264,7 +278,7 @@ def load_recipe(name_or_path: str | Path, env: Mapping[str, str] | None = None) 
     runs = raw.get("runs", {})
     if not runs:
         raise RecipeError(f"{where}: no [runs.NAME] tables")
-    builder = _RunBuilder(raw.get("defaults", {}), runs, where)
+    builder = _RunBuilder(raw.get("defaults", {}), runs, where, raw.get("teacher"))
     sampler = dict(raw.get("sampler", {}))
     engine = build_dataclass(EngineSettings, sampler.pop("engine", {}), "sampler.engine", where)
     trajectories = None
@@ -403,22 +417,22 @@ def run_problems(recipe: Recipe, name: str, config: RunConfig, world_size: int) 
             problems.append(f"{key}.constraint.direction_step = {constraint.direction_step}: "
                             f"{recipe.run_name(source)} saves snapshots only at steps {saved}")
     if config.objective.name == "opd":
-        problems += opd_teacher_problems(recipe, key, _local_folder(config.init))
+        problems += opd_teacher_problems(config.teacher, key, _local_folder(config.init))
     return problems
 
 
-def opd_teacher_problems(recipe: Recipe, key: str, student: str | None) -> list[str]:
-    """An OPD run needs the recipe's teacher, with the student's vocabulary (token log-probabilities are
-    compared position by position)."""
-    if recipe.teacher is None:
+def opd_teacher_problems(teacher: str | None, key: str, student: str | None) -> list[str]:
+    """An OPD run needs a teacher (the recipe's, or the run's own ``teacher``) with the student's vocabulary
+    (token log-probabilities are compared position by position)."""
+    if teacher is None:
         return [f"{key}.objective.name = 'opd' needs the recipe's 'teacher' (a local model folder)"]
-    problems = model_folder_problems(recipe.teacher, "teacher", trainable=False)
+    problems = model_folder_problems(teacher, "teacher", trainable=False)
     if problems or student is None or not (Path(student) / "config.json").is_file():
         return problems
-    vocab = {who: read_model_config(folder).get("vocab_size") for who, folder in (("teacher", recipe.teacher),
+    vocab = {who: read_model_config(folder).get("vocab_size") for who, folder in (("teacher", teacher),
                                                                                   ("student", student))}
     if vocab["teacher"] != vocab["student"]:
-        return [f"teacher = {recipe.teacher!r}: vocab_size {vocab['teacher']} differs from the student's "
+        return [f"teacher = {teacher!r}: vocab_size {vocab['teacher']} differs from the student's "
                 f"{vocab['student']} ({student}); OPD compares log-probabilities token by token"]
     return []
 

@@ -102,6 +102,22 @@ def run_tokenizer(config: RunConfig) -> PreTrainedTokenizerBase:
     return AutoTokenizer.from_pretrained(str(folder), local_files_only=True, padding_side="left")
 
 
+def load_folder_model(folder: str | Path) -> PreTrainedModel:
+    """A local Hugging Face model folder's model (never a hub name), its layers fused as the organism's
+    (``opsft.fused_layers``)."""
+    return fuse(AutoModelForCausalLM.from_pretrained(str(folder), local_files_only=True))
+
+
+def base_model(config: RunConfig) -> PreTrainedModel:
+    """The model a run's lineage starts from, as stored (the organism's base or teacher, or the local model folder
+    of its first run): the "base" row every claim scores beside its arms."""
+    folder = local_model_folder(config.init)
+    if folder is not None:
+        return load_folder_model(folder)
+    org = build_organism(config.organism)
+    return org.base if config.root_init() == "base" else org.teacher
+
+
 def initial_model(config: RunConfig, cache: Path | None = None) -> PreTrainedModel:
     """The weights a run starts from: the organism's base/teacher, another run's final weights, or a local
     Hugging Face model folder (never a hub name, its layers fused as the organism's: ``opsft.fused_layers``);
@@ -113,7 +129,7 @@ def initial_model(config: RunConfig, cache: Path | None = None) -> PreTrainedMod
         org = build_organism(config.organism)
         model = copy.deepcopy(org.base if init == "base" else org.teacher)
     else:
-        model = fuse(AutoModelForCausalLM.from_pretrained(str(local_model_folder(init)), local_files_only=True))
+        model = load_folder_model(local_model_folder(init))
     dtype = torch.bfloat16 if config.precision == "bf16" else torch.float32
     return model.to(dtype)
 
@@ -141,14 +157,25 @@ def make_source(config: RunConfig, model: torch.nn.Module, org: Organism | None,
     examples = _examples(config, org)
     if src.kind == "static":
         return StaticSource(examples, tokenizer, src.batch_size, config.seed)
-    if obj.name == "opd" and org is None:
-        raise ValueError("OPD from a local model folder needs a teacher; only the organism's teacher is wired")
     dtype = next(model.parameters()).dtype
-    teacher = org.teacher.to(dtype) if obj.name == "opd" else None
+    teacher = opd_teacher(config, org).to(dtype) if obj.name == "opd" else None
     reference = copy.deepcopy(model).eval() if obj.beta_kl > 0 else None
     return RolloutSource(examples, HFSampler(tokenizer), reward, prompts_per_step=src.prompts_per_step,
                          group_size=src.group_size, temperature=src.temperature, max_new_tokens=src.max_new_tokens,
                          seed=config.seed, objective=obj, teacher=teacher, reference=reference)
+
+
+def opd_teacher(config: RunConfig, org: Organism | None) -> PreTrainedModel:
+    """The teacher an OPD run distils: the organism's, or the local model folder ``config.teacher``."""
+    if org is not None:
+        return org.teacher
+    if config.teacher is None:
+        raise ValueError(f"run {config.digest()}: OPD from a local model folder needs RunConfig.teacher (a local "
+                         "teacher model folder; a recipe's top-level 'teacher')")
+    folder = Path(config.teacher)
+    if not (folder / "config.json").is_file():
+        raise FileNotFoundError(f"RunConfig.teacher {config.teacher!r} is not a local model folder with a config.json")
+    return load_folder_model(folder).eval()
 
 
 class RunRecorder:

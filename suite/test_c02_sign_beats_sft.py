@@ -13,7 +13,7 @@ import pytest
 
 from opsft.claims.arms import baseline, opsft_recipe
 from opsft.claims.measure import accuracies
-from opsft.pretraining import build_organism
+from opsft.runs import base_model, run_tokenizer
 
 
 def arms(scale_name, scale, seed):
@@ -26,8 +26,8 @@ def arms(scale_name, scale, seed):
 def test_claim_sign_beats_sft(claim, seed):
     """Held-out in-domain accuracy: OPSFT > SFT, and OPSFT within the registered tolerance of GRPO."""
     configs = arms(claim.scale_name, claim.scale, seed)
-    org = build_organism(configs["sft"].organism)
-    models = {"base": org.base, **{arm: claim.run(cfg).load_model() for arm, cfg in configs.items()}}
+    tokenizer = run_tokenizer(configs["sft"])
+    models = {"base": base_model(configs["sft"]), **{arm: claim.run(cfg).load_model() for arm, cfg in configs.items()}}
     for arm, model in models.items():
-        measured = claim.record(arm, seed, **accuracies(model, org.tokenizer, claim.scale))
+        measured = claim.record(arm, seed, **accuracies(model, tokenizer, claim.scale))
         assert all(0 <= v <= 100 for v in measured.values()), f"{arm}: accuracy outside [0, 100]: {measured}"

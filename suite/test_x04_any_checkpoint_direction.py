@@ -2,8 +2,8 @@
 (sharded safetensors, streamed one tensor at a time), so that OPSFT can start from any released RL model and
 its base.
 
-The organism's base and the calibration's GRPO run (at half its steps and at the end) are written as sharded
-HF folders (``save_pretrained``, several shards and an index). v = sign(theta_GRPO - theta_base) under the
+The base model (the organism's, or the recipe's model folder) and the GRPO run (at half its steps and at the
+end) are written as sharded HF folders (``save_pretrained``, several shards and an index). v = sign(theta_GRPO - theta_base) under the
 bf16-visible rule is extracted from the folders and from the models in memory; ``streamed.sign_agreement`` is
 the share of weights on which the two agree (``v_nonzero``: the share v marks, near 0 when GRPO barely moved,
 as at smoke scale). Every diagnostic of ``opsft diagnose`` (endpoint, trajectory,
@@ -13,20 +13,14 @@ difference between the two results (provenance aside).
 
 import pytest
 
+from opsft.checkpoints import save_sharded
 from opsft.claims.arms import baseline
 from opsft.claims.measure import largest_difference, sign_agreement
 from opsft.diagnostics import compute_all
 from opsft.directions import extract
-from opsft.pretraining import build_organism
+from opsft.runs import base_model
 
 SHARDS = 3
-
-
-def save_sharded(model, folder):
-    """``model`` as an HF folder of about SHARDS safetensors shards; returns the number of shards written."""
-    size = sum(p.numel() * p.element_size() for p in model.parameters())
-    model.save_pretrained(folder, max_shard_size=size // SHARDS + 1)
-    return len(list(folder.glob("*.safetensors")))
 
 
 def arms(scale_name, scale, seed):
@@ -39,9 +33,9 @@ def test_claim_any_checkpoint_direction(claim, seed, tmp_path):
     """v and the diagnostics from sharded HF folders equal those from the same models in memory."""
     grpo = arms(claim.scale_name, claim.scale, seed)["grpo"]
     run = claim.run(grpo)
-    models = [build_organism(grpo.organism).base, run.load_model(grpo.steps // 2), run.load_model()]
+    models = [base_model(grpo), run.load_model(grpo.steps // 2), run.load_model()]
     folders = [tmp_path / f"snapshot{i}" for i in range(len(models))]  # the labels diagnostics give models
-    shards = [save_sharded(model, folder) for model, folder in zip(models, folders, strict=True)]
+    shards = [save_sharded(model, folder, SHARDS) for model, folder in zip(models, folders, strict=True)]
     v = extract(folders[0], folders[-1], rule="bf16")
     agreement = sign_agreement(v, extract(models[0], models[-1], rule="bf16"))
     streamed, in_memory = ({k: r for k, r in compute_all(s).items() if k != "provenance"} for s in (folders, models))

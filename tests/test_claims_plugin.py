@@ -144,8 +144,16 @@ def test_bad_marker_and_paper_scale(pytester):
     result = run(pytester)
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["*test_x: @pytest.mark.claim needs one registered id, got ('C99',)*"])
-    pytester.makepyfile(test_bad='import pytest\n@pytest.mark.claim("C02")\ndef test_x(claim, seed): pass\n')
-    run(pytester, "--scale", "paper").assert_outcomes(skipped=3)
+    pytester.makepyfile(test_bad='import pytest\n@pytest.mark.claim("C03")\ndef test_x(claim, seed): pass\n')
+    skipped = run(pytester, "--scale", "paper", "-rs")
+    skipped.assert_outcomes(skipped=3)  # C03's arms need the organism: it skips at a recipe scale, saying why
+    skipped.stdout.fnmatch_lines(["*C03: at scale 'paper' only C02, C16, X04 run*"])
+    pytester.makepyfile(test_bad='import pytest\nfrom opsft.claims.arms import baseline\n'
+                        'def arms(scale_name, scale, seed):\n    return {"sft": baseline("sft", scale, seed)}\n'
+                        '@pytest.mark.claim("C02")\ndef test_x(claim, seed): pass\n')
+    unset = run(pytester, "--scale", "paper")
+    unset.assert_outcomes(errors=3)  # C02 trains the recipe's runs: without the model folders it says which
+    unset.stdout.fnmatch_lines(["*uses ${OPSFT_MODELS}, which is not set*"])
 
 
 def test_rows_from_xdist_workers_reach_the_controller(suite):

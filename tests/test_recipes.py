@@ -228,7 +228,8 @@ def test_extends_merges_under_the_extending_file_and_loops_are_refused(tmp_path,
 
 
 def test_every_shipped_recipe_is_listed_and_the_cli_shows_and_validates(roots, capsys):
-    assert {p.stem for p in RECIPES_DIR.glob("*.toml")} == {"_opsft-deepmath", *OPSFT_RECIPES, "geo-qwen3-8b"}
+    assert {p.stem for p in RECIPES_DIR.glob("*.toml")} == {"_opsft-deepmath", *OPSFT_RECIPES, "geo-qwen3-8b",
+                                                               "paper-tiny"}
     flags = ["--models", roots["OPSFT_MODELS"], "--data", roots["OPSFT_DATA"]]
     assert main(["recipe", "show", "opsft-qwen3-4b", *flags]) == 0
     out = capsys.readouterr().out

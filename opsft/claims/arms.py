@@ -7,11 +7,12 @@ Each builder returns a new frozen RunConfig; the run cache trains each distinct 
 from __future__ import annotations
 
 import dataclasses
+import os
 from collections.abc import Mapping
 from typing import Any
 
 from ablations.calibration import GRID
-from ablations.claims import claims_row, organism
+from ablations.claims import claims_row, is_recipe_scale, organism
 from opsft.calibrate import method_config
 from opsft.config import ConstraintConfig, RunConfig
 
@@ -26,9 +27,36 @@ PROJECTION_START = 0.2
 
 def baseline(method: str, scale: Mapping[str, Any], seed: int, row: Mapping[str, Any] | None = None) -> RunConfig:
     """The calibration's GRPO / OPD / SFT run of this scale and seed, at ``row`` (default: the scale's
-    ``claims_row``)."""
+    ``claims_row``); at a recipe scale, the recipe's run of that name (``recipe_run``)."""
+    if is_recipe_scale(dict(scale)):
+        return recipe_run(method, scale, seed)
     row = claims_row(dict(scale)) if row is None else row
     return method_config(method, dict(row), dict(scale), seed, organism(scale))
+
+
+def scale_recipe(scale: Mapping[str, Any]):
+    """The recipe a recipe scale trains, its variables from the environment (``paper``: $OPSFT_MODELS /
+    $OPSFT_DATA) or, at ``paper-tiny``, naming the stand-ins (written into the run cache first:
+    ``opsft.paper_tiny``)."""
+    from opsft.paper_tiny import write_stand_ins
+    from opsft.paths import cache_root
+    from opsft.recipes import load_recipe
+
+    env = dict(os.environ)
+    if scale.get("stand_ins"):
+        env.update(write_stand_ins(cache_root()))
+    return load_recipe(scale["recipe"], env)
+
+
+def recipe_run(name: str, scale: Mapping[str, Any], seed: int) -> RunConfig:
+    """Run ``runs.NAME`` of the scale's recipe with ``seed``; a RecipeError naming the recipe when it has none."""
+    from opsft.recipes import RecipeError
+
+    recipe = scale_recipe(scale)
+    if name not in recipe.runs:
+        raise RecipeError(f"{recipe.path}: no [runs.{name}], which the claims at a recipe scale train "
+                          f"(runs: {', '.join(recipe.runs)})")
+    return dataclasses.replace(recipe.runs[name], seed=seed)
 
 
 def constrained(sft: RunConfig, source: RunConfig, mode: str, **options: Any) -> RunConfig:

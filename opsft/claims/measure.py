@@ -13,6 +13,7 @@ import pandas as pd
 import torch
 from transformers import PreTrainedTokenizerBase
 
+from ablations.claims import is_recipe_scale
 from opsft.calibrate import HELD_OUT, score_problems
 from opsft.checkpoints import iter_tensors
 from opsft.claims.scored import Accuracy
@@ -55,11 +56,42 @@ def accuracies(model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase,
     """Greedy accuracy (%) on held-out in-domain problems, on the training set (X06: matched fit) and the
     mean over held-out abilities, as the calibration scores them (``opsft.calibrate.score_problems``). The
     first two are ``Accuracy`` values carrying their per-problem scores (every arm is scored on the same
-    recorded draw, so claims pair arms problem by problem); ``held_out_mean`` is a plain mean of families."""
+    recorded draw, so claims pair arms problem by problem); ``held_out_mean`` is a plain mean of families.
+    At a recipe scale, the same three from the real benchmarks (``recipe_accuracies``)."""
+    if is_recipe_scale(dict(scale)):
+        return recipe_accuracies(model, tokenizer, scale)
     flags = score_problems(model, tokenizer, dict(scale))
     out: dict[str, float] = {key: Accuracy(100 * flags[key].mean().item(), (100 * flags[key]).tolist())
                              for key in ACCURACIES[:2]}
     out["held_out_mean"] = statistics.fmean(100 * flags[f].mean().item() for f in HELD_OUT)
+    return out
+
+
+def recipe_accuracies(model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase,
+                      scale: Mapping[str, Any]) -> dict[str, float]:
+    """The recipe's evaluation (``opsft.evals.paper``), in %: ``in_domain``, each math benchmark problem's avg@k
+    (the papers' headline, the mean of the benchmarks' avg@k, when they hold as many problems each);
+    ``train_set``, greedy accuracy on the first ``eval.train_problems`` rows of the SFT run's data; and
+    ``held_out_mean``, the mean over the code benchmarks' problems of the share of samples passing every test.
+    The first two carry their per-problem scores; a quantity the recipe does not ask for is left out."""
+    from opsft.claims.arms import scale_recipe
+    from opsft.data.real import load_examples
+    from opsft.evals.paper import code_problem_scores, math_problem_scores, train_problem_scores
+
+    recipe = scale_recipe(scale)
+    settings = recipe.eval
+    sampling = Sampling(k=settings.k, temperature=settings.temperature, top_p=settings.top_p,
+                        max_new_tokens=settings.max_new_tokens)
+    math_scores = math_problem_scores(model, tokenizer, settings.benchmarks, settings.protocol(), sampling,
+                                      settings.limit)
+    in_domain = [100 * x for name in settings.benchmarks for x in math_scores[name]]
+    out: dict[str, float] = {"in_domain": Accuracy(statistics.fmean(in_domain), in_domain)}
+    if settings.train_problems:
+        examples = load_examples(recipe.runs["sft"].source.dataset_path, limit=settings.train_problems)
+        train = [100 * x for x in train_problem_scores(model, tokenizer, examples, recipe.runs["sft"].source.max_new_tokens)]
+        out["train_set"] = Accuracy(statistics.fmean(train), train)
+    if settings.code:
+        out["held_out_mean"] = 100 * statistics.fmean(code_problem_scores(model, tokenizer, sampling, settings.limit))
     return out
 
 

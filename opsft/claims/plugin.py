@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from ablations.claims import SCALE_NAMES, scale_profile
+from ablations.claims import SCALE_NAMES, scale_profile, skip_reason
 from opsft.claims.compare import parse_threshold
 from opsft.claims.declared import DeclaredRuns, declared_arms
 from opsft.claims.recorder import ClaimRecorder
@@ -133,8 +133,9 @@ def claim(request: pytest.FixtureRequest) -> Iterator[ClaimRecorder]:
         raise pytest.UsageError(f"{request.node.nodeid}: the claim fixture needs @pytest.mark.claim(ID)")
     name = request.config.stash[SESSION].options.scale
     scale = scale_profile(name)
-    if scale.get("skip"):
-        pytest.skip(f"{cid} at scale {name!r}: {scale['skip']}")
+    reason = skip_reason(cid, name, scale)
+    if reason:
+        pytest.skip(f"{cid}: {reason}")
     request.node.user_properties.append((PROPERTY, {"claim": cid, "kind": "started", "data": {}}))
     declared = DeclaredRuns(declared_arms(request.module, name, scale, request.getfixturevalue("seed"),
                                           test_params(request.node)))

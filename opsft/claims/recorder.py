@@ -55,7 +55,7 @@ class ClaimRecorder:
         result = self._runner(config)
         self._results[config.digest()] = result
         self._add("run", {"digest": config.digest(), "objective": config.objective.name,
-                          "constraint": config.constraint.mode, "organism": config.organism, "seed": config.seed,
+                          "constraint": config.constraint.mode, "organism": config.model_label(), "seed": config.seed,
                           "steps": config.steps, "wall_time": result.wall_time, "folder": str(result.folder)})
         return result
 

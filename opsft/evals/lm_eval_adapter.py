@@ -46,10 +46,12 @@ class LocalTask:
     rows: tuple[Row, ...]
 
 
-def write_local_tasks(tasks: Sequence[LocalTask], folder: str | Path, sampling: Sampling) -> Path:
+def write_local_tasks(tasks: Sequence[LocalTask], folder: str | Path, sampling: Sampling,
+                      until: Sequence[str] = ("\n",)) -> Path:
     """Write each task's rows as ``NAME.jsonl`` and its YAML as ``NAME.yaml`` into ``folder``; returns it.
 
-    Generation tasks draw ``sampling.k`` repeats with its temperature / top-p / max_new_tokens.
+    Generation tasks draw ``sampling.k`` repeats with its temperature / top-p / max_new_tokens, each stopping at
+    the first of ``until`` (the organism's one-line answers: a newline) or at the end-of-text token.
     """
     folder = Path(folder).resolve()
     templates = evals_root() / "lm_eval_tasks"
@@ -69,14 +71,15 @@ def write_local_tasks(tasks: Sequence[LocalTask], folder: str | Path, sampling: 
         }
         if task.template != "multiple_choice":
             config["repeats"] = sampling.k
-            config["generation_kwargs"] = generation_kwargs(sampling)
+            config["generation_kwargs"] = generation_kwargs(sampling, until)
         atomic_write_text(folder / f"{task.name}.yaml", json.dumps(config, indent=2) + "\n")  # JSON is YAML
     return folder
 
 
-def generation_kwargs(sampling: Sampling) -> dict[str, Any]:
-    """lm-eval ``generation_kwargs`` of a sampling setting (greedy when temperature is 0)."""
-    kwargs: dict[str, Any] = {"until": ["\n"], "max_gen_toks": sampling.max_new_tokens}
+def generation_kwargs(sampling: Sampling, until: Sequence[str] = ("\n",)) -> dict[str, Any]:
+    """lm-eval ``generation_kwargs`` of a sampling setting (greedy when temperature is 0), stopping at ``until``
+    (lm-eval adds the end-of-text token)."""
+    kwargs: dict[str, Any] = {"until": list(until), "max_gen_toks": sampling.max_new_tokens}
     if sampling.temperature == 0:
         return kwargs | {"do_sample": False}
     return kwargs | {"do_sample": True, "temperature": sampling.temperature, "top_p": sampling.top_p, "top_k": 0}

@@ -28,13 +28,14 @@ def install_project(session: nox.Session) -> None:
 @nox.session
 def tests(session: nox.Session) -> None:
     """Unit tests (with small nano-organism training runs, marked slow; the extra Ray clusters marked `cluster`
-    are left out), then every claim at `ci` scale on the micro organism, compared with the committed baseline."""
+    are left out), then every claim at `ci` scale on the micro organism and the recipe claims at `paper-tiny`
+    (the paper scale's path on CPU stand-ins), each compared with its committed baseline."""
     install_project(session)
     session.run("pytest", "-n", "2", "tests", "-m", "not cluster", *session.posargs)
-    storage = scale_outputs("ci")[1]
     fail = [f"--claims-compare-fail={t}" for t in CI_TOLERANCES]
-    session.run("pytest", "-n", "2", "-p", "no:cacheprovider", "suite", "--scale", "ci", "--claims-storage", storage,
-                "--claims-compare", "ci", *fail, *session.posargs)
+    for scale in ("ci", "paper-tiny"):
+        session.run("pytest", "-n", "2", "-p", "no:cacheprovider", "suite", "--scale", scale, "--claims-storage",
+                    scale_outputs(scale)[1], "--claims-compare", scale, *fail, *session.posargs)
 
 
 # The reference scale: the `small` student in the papers' regime. Its tables are results/; every other scale

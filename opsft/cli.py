@@ -203,6 +203,11 @@ def add_plan_commands(sub: argparse._SubParsersAction) -> None:
                                                   "CPUs this process may use); ray: the local instance's CPUs")
     execute.add_argument("--retries", type=int, default=3,
                          help="ray: times a run whose worker died is retried, resuming from its checkpoint (default 3)")
+    execute.add_argument("--gpus-per-run", type=int, default=0,
+                         help="ray: GPUs of each recipe run, trained by torchrun on that many processes (default 0: "
+                              "one CPU like an organism run)")
+    execute.add_argument("--strategy", choices=("ddp", "fsdp2"), default="fsdp2",
+                         help="ray with --gpus-per-run: how torchrun spreads a run over its GPUs (default fsdp2)")
     execute.set_defaults(func=lazy("opsft.execute", "cmd_execute"))
 
 

@@ -13,17 +13,26 @@ raises is not retried (the same config would raise again) and stops the executio
 ``--address`` a new local Ray instance is started with ``cpus`` CPUs; with one (``HOST:PORT`` from a Ray node,
 ``ray://HOST:10001`` from elsewhere), the address is checked to answer before Ray is imported and asked to
 connect, so a dead address is one error within ``CONNECT_TIMEOUT`` seconds.
+
+Resources: an organism run is a task of one CPU. With ``gpus_per_run`` G >= 1, a recipe run (from a Hugging Face
+model folder) is a task of G GPUs that trains through ``torchrun --standalone --nproc-per-node G -m
+opsft.distributed`` (``strategy``: DDP or FSDP2) into the same cache; Ray places it on a node with G free GPUs and
+sets ``CUDA_VISIBLE_DEVICES`` for it.
 """
 
 from __future__ import annotations
 
+import pickle
 import socket
+import subprocess
+import sys
 import threading
 from concurrent.futures import Future
 from pathlib import Path
 from urllib.parse import urlsplit
 
 from opsft.config import RunConfig
+from opsft.io import atomic_write
 from opsft.workers import train_in_worker
 
 CONNECT_TIMEOUT = 10.0
@@ -85,12 +94,37 @@ def train_on_node(config: RunConfig, cache: Path) -> tuple[float, str]:
     return train_in_worker(config, cache), ray.get_runtime_context().get_node_id()
 
 
+def torchrun_command(config_file: Path, cache: Path, nproc: int, strategy: str) -> list[str]:
+    """The torchrun job that trains the pickled RunConfig ``config_file`` on ``nproc`` local processes."""
+    return [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}",
+            "-m", "opsft.distributed", "--config", str(config_file), "--strategy", strategy, "--cache", str(cache)]
+
+
+def train_with_torchrun(config: RunConfig, cache: Path, nproc: int, strategy: str) -> tuple[float, str]:
+    """The Ray task of a recipe run: its torchrun job on this node's ``nproc`` GPUs (the job resumes from the
+    run's last checkpoint and returns at once when the run is cached); its wall time and the node it ran on."""
+    import ray
+
+    from opsft.runs import run
+
+    config_file = cache / "runs" / f"{config.digest()}.config.pkl"
+    atomic_write(config_file, lambda p: p.write_bytes(pickle.dumps(config)))
+    job = subprocess.run(torchrun_command(config_file, cache, nproc, strategy), capture_output=True, text=True)
+    if job.returncode != 0:
+        raise RuntimeError(f"run {config.digest()}: torchrun on {nproc} process(es) exited {job.returncode}:\n"
+                           f"{job.stderr[-3000:]}")
+    return run(config, cache).wall_time, ray.get_runtime_context().get_node_id()
+
+
 class RayWorkers:
     """Runs as Ray tasks of one CPU each, on the cluster at ``address`` or on a local instance of ``cpus`` CPUs
     (default: this machine's). ``slots`` is the cluster's CPU count; ``nodes`` maps each finished run's digest
     to the node that trained it."""
 
-    def __init__(self, address: str | None, cache: Path, cpus: int | None = None, retries: int = 3) -> None:
+    def __init__(self, address: str | None, cache: Path, cpus: int | None = None, retries: int = 3,
+                 gpus_per_run: int = 0, strategy: str = "fsdp2") -> None:
+        if gpus_per_run < 0:
+            raise ValueError(f"--gpus-per-run {gpus_per_run}: must be at least 0")
         if retries < 0:
             raise ValueError(f"--retries {retries}: must be at least 0")
         if cpus is not None and cpus < 1:
@@ -98,6 +132,7 @@ class RayWorkers:
         if address is not None and cpus is not None:
             raise ValueError("--jobs: a Ray cluster at --address has its own CPUs; give one or the other")
         self.address, self.cache, self.cpus, self.retries = address, cache.resolve(), cpus, retries
+        self.gpus_per_run, self.strategy = gpus_per_run, strategy
         self.nodes: dict[str, str] = {}
         self._refs: list = []
         self._started = False
@@ -116,6 +151,8 @@ class RayWorkers:
                      log_to_driver=False)
             self._started = True
         self._task = ray.remote(train_on_node).options(num_cpus=1, max_retries=self.retries, retry_exceptions=False)
+        self._gpu_task = ray.remote(train_with_torchrun).options(num_cpus=1, num_gpus=self.gpus_per_run,
+                                                                 max_retries=self.retries, retry_exceptions=False)
         return self
 
     def __exit__(self, *exc) -> None:
@@ -123,8 +160,12 @@ class RayWorkers:
             ray_module().shutdown()
 
     def submit(self, config: RunConfig) -> Future:
-        """Submit ``config`` as a task; the future's result is its wall time."""
-        ref = self._task.remote(config, self.cache)
+        """Submit ``config`` as a task (a recipe run with ``gpus_per_run``: a torchrun job on that many GPUs); the
+        future's result is its wall time."""
+        if self.gpus_per_run and not config.uses_organism():
+            ref = self._gpu_task.remote(config, self.cache, self.gpus_per_run, self.strategy)
+        else:
+            ref = self._task.remote(config, self.cache)
         self._refs.append(ref)
         trained: Future = Future()
 

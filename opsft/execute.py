@@ -75,11 +75,12 @@ def cmd_execute(args) -> int:
 
     if args.executor == "ray":
         from opsft.cluster import RayWorkers
-    if args.executor == "local" and args.address:
-        raise ValueError(f"--address {args.address}: only for --executor ray")
+    if args.executor == "local" and (args.address or args.gpus_per_run):
+        raise ValueError(f"--address {args.address} / --gpus-per-run {args.gpus_per_run}: only for --executor ray")
     jobs = len(os.sched_getaffinity(0)) if args.jobs is None else args.jobs
     workers = (LocalWorkers(jobs, cache_root()) if args.executor == "local"
-               else RayWorkers(args.address, cache_root(), cpus=args.jobs, retries=args.retries))
+               else RayWorkers(args.address, cache_root(), cpus=args.jobs, retries=args.retries,
+                               gpus_per_run=args.gpus_per_run, strategy=args.strategy))
     with workers:  # connect first: a dead cluster address fails before the plan is built
         plan = build_plan(args.scale, args.k, Path(args.suite), not args.no_calibration, not args.no_map)
         plan.price(cache_root(), Path(args.storage))

@@ -151,3 +151,35 @@ def test_a_killed_ray_worker_is_retried_and_resumes_to_the_same_final_weights(tm
     assert reference.keys() == resumed.keys() and all((reference[k] == resumed[k]).all() for k in reference)
     steps = [json.loads(line)["step"] for line in (folder / "metrics.jsonl").read_text().splitlines()]
     assert steps == list(range(1, config.steps + 1))
+
+
+@pytest.mark.cluster
+def test_a_recipe_run_with_gpus_is_a_ray_task_that_trains_through_torchrun(tmp_path, monkeypatch):
+    """A node that declares one GPU (there is none: the torchrun job falls back to gloo on CPU) trains a
+    paper-tiny run as a one-GPU task through torchrun, while an organism run stays a one-CPU task."""
+    ray = pytest.importorskip("ray")
+    from ablations.claims import scale_profile
+    from opsft.claims.arms import baseline
+
+    monkeypatch.setenv("OPSFT_CACHE", str(tmp_path))
+    recipe_run = baseline("sft", scale_profile("paper-tiny"), 0)
+    organism_run = baseline("sft", scale_profile("smoke"), 0)
+    ray.init(num_cpus=2, num_gpus=1, include_dashboard=False, log_to_driver=False)
+    try:
+        with RayWorkers(None, tmp_path, gpus_per_run=1, strategy="ddp") as workers:
+            for config in (recipe_run, organism_run):
+                workers.submit(config).result(timeout=300)
+    finally:
+        ray.shutdown()
+    result = json.loads((tmp_path / "runs" / recipe_run.digest() / "result.json").read_text())
+    assert result["distributed"] == {"backend": "gloo", "strategy": "ddp", "world_size": 1}
+    assert "distributed" not in json.loads((tmp_path / "runs" / organism_run.digest() / "result.json").read_text())
+
+
+def test_gpus_per_run_is_for_ray_only(tmp_path, capsys):
+    from opsft.cli import main
+
+    assert main(["execute", "--scale", "smoke", "--gpus-per-run", "2"]) == 1
+    assert "--gpus-per-run 2: only for --executor ray" in capsys.readouterr().err
+    with pytest.raises(ValueError, match="--gpus-per-run -1"):
+        RayWorkers(None, tmp_path, gpus_per_run=-1)

@@ -49,7 +49,7 @@ def roots(tmp_path, tiny_model):
 def test_the_opsft_recipes_state_the_papers_schedule(roots):
     recipe = load_recipe("opsft-qwen3-8b", roots)
     runs = recipe.runs
-    assert list(runs) == ["grpo", "sft", "dft", "opsft", "sft_continued", "opsft_continued"]
+    assert list(runs) == ["grpo", "opd", "sft", "dft", "opsft", "sft_continued", "opsft_continued"]
     # "GRPO 100 steps; SFT 700, DFT 700; OPSFT: 50 GRPO steps fix v, then 100 constrained SFT steps"
     assert (runs["grpo"].steps, runs["sft"].steps, runs["dft"].steps, runs["opsft"].steps) == (100, 700, 700, 100)
     assert runs["grpo"].objective.name == "grpo" and runs["dft"].objective.name == "dft"
@@ -237,7 +237,7 @@ def test_every_shipped_recipe_is_listed_and_the_cli_shows_and_validates(roots, c
     assert main(["recipe", "show", "geo-qwen3-8b", "--json", *flags]) == 0
     assert json.loads(capsys.readouterr().out)["opd"]["steps"] == 300
     assert main(["recipe", "validate", "opsft-qwen3-4b", "--world-size", "4", *flags]) == 0
-    assert "6 run(s) ready for 4 process(es)" in capsys.readouterr().out
+    assert "7 run(s) ready for 4 process(es)" in capsys.readouterr().out
     assert main(["recipe", "validate", "opsft-qwen3-4b", "--world-size", "3", "--run", "sft", *flags]) == 1
     out = capsys.readouterr().out
     assert "runs.sft.source: world size 3" in out and "runs.grpo" not in out

@@ -95,6 +95,25 @@ def recipe_accuracies(model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase
     return out
 
 
+def recipe_test_draw(scale: Mapping[str, Any]) -> dict[str, dict]:
+    """What ``recipe_accuracies`` scores every arm on, in the form of ``opsft.calibrate.scoring_draw``: the
+    benchmarks (the first ``eval.limit`` problems of each, sampled with seed 0) and the training rows."""
+    from opsft.claims.arms import scale_recipe
+    from opsft.evals.paper import benchmark_items
+
+    recipe = scale_recipe(scale)
+    settings = recipe.eval
+    draw = {"in_domain": {"family": " + ".join(settings.benchmarks), "split": "test", "seed": 0,
+                          "n": sum(len(benchmark_items(b, settings.limit)) for b in settings.benchmarks)}}
+    if settings.train_problems:
+        draw["train_set"] = {"family": Path(recipe.runs["sft"].source.dataset_path).name, "split": "train",
+                             "seed": 0, "n_at_most": settings.train_problems}
+    if settings.code:
+        draw["held_out_mean"] = {"family": " + ".join(settings.code), "split": "test", "seed": 0,
+                                 "n_at_most": settings.limit or "all"}
+    return draw
+
+
 def stage_steps(result: RunResult) -> list[int]:
     """The training stages the trajectory claims (C01, C17, C18) read: ``[0, *snapshot_steps, steps]``, as in
     ``opsft.calibrate.mean_consecutive_interval_cosine``."""

@@ -22,12 +22,16 @@ PROPERTY = "opsft_claims"
 
 
 def scale_test_draw(scale: str) -> dict:
-    """The problems every arm is scored on at ``scale`` (``opsft.calibrate.scoring_draw``); empty for a scale that
-    scores no organism problems (``paper``)."""
-    from ablations.claims import scale_profile
+    """The problems every arm is scored on at ``scale`` (``opsft.calibrate.scoring_draw``; at a recipe scale, the
+    recipe's benchmarks: ``opsft.claims.measure.recipe_test_draw``); empty for a scale that scores none."""
+    from ablations.claims import is_recipe_scale, scale_profile
     from opsft.calibrate import scoring_draw
 
     profile = scale_profile(scale)
+    if is_recipe_scale(profile):
+        from opsft.claims.measure import recipe_test_draw
+
+        return recipe_test_draw(profile)
     return scoring_draw(profile) if "eval_n" in profile else {}
 
 

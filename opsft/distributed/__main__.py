@@ -1,10 +1,12 @@
 """``torchrun --nproc-per-node N -m opsft.distributed --config PACKAGE.MODULE:NAME [--strategy ddp|fsdp2]``:
-train one RunConfig on every process of the job (nccl on GPUs, gloo on CPU) into the run cache."""
+train one RunConfig on every process of the job (nccl on GPUs, gloo on CPU) into the run cache. ``--config`` may
+also name a ``.pkl`` file holding a pickled RunConfig (what a Ray task of ``opsft.cluster`` writes)."""
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import pickle
 import sys
 from pathlib import Path
 
@@ -15,7 +17,14 @@ from opsft.distributed.world import BACKENDS
 
 
 def load_config(reference: str) -> RunConfig:
-    """The RunConfig named by ``package.module:NAME``: the object itself, or what calling it returns."""
+    """The RunConfig named by ``package.module:NAME`` (the object itself, or what calling it returns), or pickled
+    in the ``.pkl`` file ``reference``."""
+    if reference.endswith(".pkl"):
+        with open(reference, "rb") as fh:
+            config = pickle.load(fh)
+        if not isinstance(config, RunConfig):
+            raise TypeError(f"--config {reference}: holds a {type(config).__name__}, not a RunConfig")
+        return config
     module_name, sep, attr = reference.partition(":")
     if not sep or not module_name or not attr:
         raise ValueError(f"--config must look like package.module:NAME, got {reference!r}")
@@ -32,7 +41,7 @@ def load_config(reference: str) -> RunConfig:
 def build_parser() -> argparse.ArgumentParser:
     """Arguments of the torchrun entry point."""
     parser = argparse.ArgumentParser(prog="python -m opsft.distributed", description=__doc__)
-    parser.add_argument("--config", required=True, help="package.module:NAME of a RunConfig (or a function returning one)")
+    parser.add_argument("--config", required=True, help="package.module:NAME of a RunConfig (or a function returning one), or a .pkl file of one")
     parser.add_argument("--strategy", choices=STRATEGIES, default="ddp", help="ddp: small models; fsdp2: sharded")
     parser.add_argument("--backend", choices=BACKENDS, default=None, help="default: nccl with CUDA, gloo without")
     parser.add_argument("--cache", type=Path, default=None, help="run cache folder (default: $OPSFT_CACHE)")

@@ -112,10 +112,27 @@ class ConstraintConfig(Digestible):
 
 
 @dataclass(frozen=True)
+class EngineSettings:
+    """How the colocated engine is built. ``gpu_memory_utilization`` is the share of the GPU vLLM may take
+    (weights + KV cache); the rest stays for training. ``dtype`` is the engine's, whatever the policy's."""
+
+    dtype: str = "bfloat16"
+    gpu_memory_utilization: float = 0.3
+    max_model_len: int | None = None
+    enforce_eager: bool = False
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if not 0 < self.gpu_memory_utilization <= 1:
+            raise ValueError(f"EngineSettings.gpu_memory_utilization must be in (0, 1], got {self.gpu_memory_utilization}")
+
+
+@dataclass(frozen=True)
 class RunConfig(Digestible):
     """One training run. ``init`` is ``"base"`` / ``"teacher"`` (the organism's), a local Hugging Face model
     folder, or another RunConfig (continue from its final weights). ``teacher``: the OPD teacher's local model
-    folder for a run that starts from a folder (None: the organism's teacher)."""
+    folder for a run that starts from a folder (None: the organism's teacher). ``rollout_engine``: the colocated
+    vLLM engine a run from a model folder samples its rollouts with (None: HF ``generate``)."""
 
     objective: ObjectiveConfig = field(default_factory=ObjectiveConfig)
     source: SourceConfig = field(default_factory=SourceConfig)
@@ -129,6 +146,7 @@ class RunConfig(Digestible):
     snapshot_steps: tuple[int, ...] = ()
     checkpoint_every: int = 50
     teacher: str | None = field(default=None, metadata={OMIT_DEFAULT: True})
+    rollout_engine: EngineSettings | None = field(default=None, metadata={OMIT_DEFAULT: True})
 
     def root_init(self) -> str:
         """What the run's lineage starts from: ``"base"`` / ``"teacher"`` (the organism's) or a model folder."""

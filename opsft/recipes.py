@@ -6,7 +6,7 @@ strings); nothing is downloaded (recipes/README.md says how to fetch models and 
 
     name = "..."                 # also: description, paper, extends = "other.toml" (deep-merged under this file)
     teacher = "<folder>"         # trajectory writer and/or OPD teacher
-    [sampler]                    # backend = "vllm" | "hf", top_p; [sampler.engine]: opsft.sampling.vllm.EngineSettings
+    [sampler]                    # backend = "vllm" | "hf", top_p; [sampler.engine]: opsft.config.EngineSettings
     [trajectories]               # the teacher-trajectories step: dataset_path, output, n_problems, [trajectories.params]
     [eval]                       # benchmarks, k, temperature, top_p, max_new_tokens
     [defaults]                   # RunConfig fields every run starts from (objective/source/optim/constraint tables)
@@ -31,11 +31,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from opsft.config import ConstraintConfig, ObjectiveConfig, OptimConfig, RunConfig, SourceConfig
+from opsft.config import ConstraintConfig, EngineSettings, ObjectiveConfig, OptimConfig, RunConfig, SourceConfig
 from opsft.data.real import row_to_example
 from opsft.evals.benchmarks import MATH_BENCHMARKS, MathProtocol
 from opsft.evals.paper import CODE_BENCHMARKS
-from opsft.sampling.vllm import EngineSettings
 from opsft.trajectories import TrajectoryParams
 
 RECIPES_DIR = Path(__file__).resolve().parents[1] / "recipes"
@@ -216,10 +215,11 @@ def build_dataclass(cls: type, table: Any, key: str, where: str, **fixed: Any) -
 class _RunBuilder:
     """Turns the ``[runs.*]`` tables into RunConfigs: ``like`` chains merged, ``runs.NAME`` references resolved
     (each run built once, so runs that share a parent share the same RunConfig value). An OPD run distils the
-    recipe's ``teacher`` unless its table names its own."""
+    recipe's ``teacher`` unless its table names its own; with a vLLM ``engine`` (``[sampler] backend = "vllm"``),
+    every rollout run samples through it."""
 
-    def __init__(self, defaults: dict, runs: dict, where: str, teacher: str | None):
-        self.defaults, self.runs, self.where, self.teacher = defaults, runs, where, teacher
+    def __init__(self, defaults: dict, runs: dict, where: str, teacher: str | None, engine: EngineSettings | None):
+        self.defaults, self.runs, self.where, self.teacher, self.engine = defaults, runs, where, teacher, engine
         self.built: dict[str, RunConfig] = {}
 
     def table(self, name: str, chain: tuple[str, ...] = ()) -> dict:
@@ -265,6 +265,8 @@ class _RunBuilder:
         }
         if sub["objective"].name == "opd":
             sub["teacher"] = table.get("teacher", self.teacher)
+        if sub["source"].kind == "rollout" and self.engine is not None:
+            sub["rollout_engine"] = self.engine
         self.built[name] = build_dataclass(RunConfig, table, key, self.where, **sub)
         return self.built[name]
 
@@ -278,9 +280,11 @@ def load_recipe(name_or_path: str | Path, env: Mapping[str, str] | None = None) 
     runs = raw.get("runs", {})
     if not runs:
         raise RecipeError(f"{where}: no [runs.NAME] tables")
-    builder = _RunBuilder(raw.get("defaults", {}), runs, where, raw.get("teacher"))
-    sampler = dict(raw.get("sampler", {}))
-    engine = build_dataclass(EngineSettings, sampler.pop("engine", {}), "sampler.engine", where)
+    sampler_table = dict(raw.get("sampler", {}))
+    engine = build_dataclass(EngineSettings, sampler_table.pop("engine", {}), "sampler.engine", where)
+    sampler = build_dataclass(SamplerSettings, sampler_table, "sampler", where, engine=engine)
+    builder = _RunBuilder(raw.get("defaults", {}), runs, where, raw.get("teacher"),
+                          engine if sampler.backend == "vllm" else None)
     trajectories = None
     if "trajectories" in raw:
         table = dict(raw["trajectories"])
@@ -290,7 +294,7 @@ def load_recipe(name_or_path: str | Path, env: Mapping[str, str] | None = None) 
         raise RecipeError(f"{where}: 'name' is not set")
     return Recipe(
         name=raw["name"], path=path, runs={name: builder.build(name) for name in runs},
-        sampler=build_dataclass(SamplerSettings, sampler, "sampler", where, engine=engine),
+        sampler=sampler,
         eval=build_dataclass(EvalSettings, raw.get("eval", {}), "eval", where),
         teacher=raw.get("teacher"), trajectories=trajectories,
         description=raw.get("description", ""), paper=raw.get("paper", ""),

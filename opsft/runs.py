@@ -33,6 +33,7 @@ from opsft.paths import cache_root
 from opsft.pretraining import Organism, build_organism
 from opsft.provenance import provenance
 from opsft.rewards import reward
+from opsft.sampling.base import Sampler
 from opsft.sampling.hf import HFSampler
 from opsft.sources import Example, RolloutSource, StaticSource
 from opsft.threads import pinned_threads
@@ -160,9 +161,22 @@ def make_source(config: RunConfig, model: torch.nn.Module, org: Organism | None,
     dtype = next(model.parameters()).dtype
     teacher = opd_teacher(config, org).to(dtype) if obj.name == "opd" else None
     reference = copy.deepcopy(model).eval() if obj.beta_kl > 0 else None
-    return RolloutSource(examples, HFSampler(tokenizer), reward, prompts_per_step=src.prompts_per_step,
+    return RolloutSource(examples, rollout_sampler(config, tokenizer), reward, prompts_per_step=src.prompts_per_step,
                          group_size=src.group_size, temperature=src.temperature, max_new_tokens=src.max_new_tokens,
                          seed=config.seed, objective=obj, teacher=teacher, reference=reference)
+
+
+def rollout_sampler(config: RunConfig, tokenizer: PreTrainedTokenizerBase) -> Sampler:
+    """What samples a run's rollouts: HF ``generate``, or with ``config.rollout_engine`` a colocated vLLM engine
+    built from the run's model folder and fed the policy's weights before every call."""
+    if config.rollout_engine is None:
+        return HFSampler(tokenizer)
+    folder = local_model_folder(config.init)
+    if folder is None:
+        raise ValueError(f"run {config.digest()}: RunConfig.rollout_engine needs a run from a local model folder")
+    from opsft.sampling.vllm import VLLMSampler
+
+    return VLLMSampler.from_folder(folder, tokenizer, config.rollout_engine)
 
 
 def opd_teacher(config: RunConfig, org: Organism | None) -> PreTrainedModel:

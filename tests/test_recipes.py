@@ -267,3 +267,21 @@ source.dataset_path = "{data}"
     assert f"wrote {tmp_path}/out/traj.jsonl" in capsys.readouterr().out
     prov = json.loads((tmp_path / "out" / "traj.jsonl.provenance.json").read_text())
     assert prov["counts"]["samples"] == 2 and prov["sampler"] == "HFSampler"
+
+
+def test_a_vllm_recipes_rollout_runs_sample_through_an_engine_built_from_their_model_folder(roots, monkeypatch):
+    import opsft.sampling.vllm as vllm_module
+    from opsft.runs import make_source, run_tokenizer
+    from opsft.sampling.vllm import VLLMSampler
+
+    recipe = load_recipe("opsft-qwen3-8b", roots)
+    assert recipe.sampler.backend == "vllm"
+    runs = recipe.runs
+    assert runs["grpo"].rollout_engine == runs["opd"].rollout_engine == recipe.sampler.engine
+    assert runs["sft"].rollout_engine is None and runs["opsft"].rollout_engine is None  # static data: no rollouts
+    built = []
+    monkeypatch.setattr(vllm_module, "build_engine", lambda folder, settings: built.append((folder, settings)) or "llm")
+    grpo = runs["grpo"]
+    source = make_source(grpo, build_model("nano"), None, run_tokenizer(grpo))
+    assert isinstance(source.sampler, VLLMSampler) and source.sampler.llm == "llm" and source.sampler.sync_weights
+    assert built == [(Path(grpo.init), recipe.sampler.engine)]

@@ -15,33 +15,18 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 import torch
 from transformers import PreTrainedTokenizerBase
 
+from opsft.config import EngineSettings
 from opsft.constraints import unwrap_model
 from opsft.sampling.base import Rollout
 
 INSTALL_HINT = "install the GPU extra on a CUDA machine: pip install -e '.[gpu]'"
-
-
-@dataclass(frozen=True)
-class EngineSettings:
-    """How the colocated engine is built. ``gpu_memory_utilization`` is the share of the GPU vLLM may take
-    (weights + KV cache); the rest stays for training. ``dtype`` is the engine's, whatever the policy's."""
-
-    dtype: str = "bfloat16"
-    gpu_memory_utilization: float = 0.3
-    max_model_len: int | None = None
-    enforce_eager: bool = False
-    seed: int = 0
-
-    def __post_init__(self) -> None:
-        if not 0 < self.gpu_memory_utilization <= 1:
-            raise ValueError(f"EngineSettings.gpu_memory_utilization must be in (0, 1], got {self.gpu_memory_utilization}")
 
 
 def vllm_unavailable_reason() -> str | None:

@@ -31,7 +31,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from opsft.config import ConstraintConfig, EngineSettings, ObjectiveConfig, OptimConfig, RunConfig, SourceConfig
+from opsft.config import (
+    ConstraintConfig,
+    EngineSettings,
+    ObjectiveConfig,
+    OptimConfig,
+    RunConfig,
+    SourceConfig,
+)
 from opsft.data.real import row_to_example
 from opsft.evals.benchmarks import MATH_BENCHMARKS, MathProtocol
 from opsft.evals.paper import CODE_BENCHMARKS

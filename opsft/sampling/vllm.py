@@ -124,9 +124,10 @@ class VLLMSampler:
 
     @classmethod
     def from_folder(cls, folder: str | Path, tokenizer: PreTrainedTokenizerBase,
-                    settings: EngineSettings = EngineSettings(), *, sync_weights: bool = True) -> VLLMSampler:
-        """A sampler over an engine built from a local model folder (the policy's initial weights)."""
-        return cls(build_engine(folder, settings), tokenizer, sync_weights=sync_weights)
+                    settings: EngineSettings | None = None, *, sync_weights: bool = True) -> VLLMSampler:
+        """A sampler over an engine built from a local model folder (the policy's initial weights), with
+        ``settings`` (default: ``EngineSettings()``)."""
+        return cls(build_engine(folder, settings or EngineSettings()), tokenizer, sync_weights=sync_weights)
 
     @torch.no_grad()
     def load_policy(self, model: torch.nn.Module) -> None:

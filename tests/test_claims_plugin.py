@@ -184,6 +184,14 @@ def test_the_plugin_is_a_pytest11_entry_point_named_by_its_module():
     assert [e.value for e in entry_points(group="pytest11") if e.name == "opsft.claims.plugin"] == ["opsft.claims.plugin"]
 
 
+def test_a_suite_test_id_names_its_claim_by_its_module():
+    from opsft.claims.plugin import claim_of_test_id
+
+    assert claim_of_test_id("suite/test_c02_sign_beats_sft.py::test_claim_sign_beats_sft[seed0]") == "C02"
+    assert claim_of_test_id("suite/test_x04_any_checkpoint_direction.py::test_x[seed1]") == "X04"
+    assert claim_of_test_id("tests/test_plan.py::test_c02_like") is None
+
+
 def test_progress_line_gives_the_time_left_at_the_pace_so_far():
     from opsft.claims.plugin import progress_line
 

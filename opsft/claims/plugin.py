@@ -9,6 +9,7 @@
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -172,13 +173,19 @@ class _ReportCollector:
         self.total = self.done = 0
         self.start = time.monotonic()
 
+    def runs_here(self, cid: str | None) -> bool:
+        """Whether a test of claim ``cid`` runs at the session's scale (not skipped by ``skip_reason``)."""
+        name = self.session.options.scale
+        return cid is not None and skip_reason(cid, name, scale_profile(name)) is None
+
     def pytest_collection_finish(self, session: pytest.Session) -> None:
-        """Count the claim tests selected to run (without xdist)."""
-        self.total = sum(claim_id(item) is not None for item in session.items)
+        """Count the claim tests selected to run at this scale (without xdist)."""
+        self.total = sum(self.runs_here(claim_id(item)) for item in session.items)
 
     def pytest_xdist_node_collection_finished(self, node, ids: list[str]) -> None:
-        """Count the tests to run (under xdist every worker collects the same ids)."""
-        self.total = len(ids)
+        """Count the tests to run (under xdist every worker collects the same ids; a claim's id is read from its
+        module's name, ``suite/test_c02_...``, and a test of another module counts)."""
+        self.total = sum(self.runs_here(claim_of_test_id(i)) or claim_of_test_id(i) is None for i in ids)
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         """Collect the rows and runs of a finished test call; a failed setup, call or teardown makes its claim
@@ -193,6 +200,12 @@ class _ReportCollector:
             if reporter is not None and self.total:
                 reporter.ensure_newline()
                 reporter.write_line(progress_line(self.done, self.total, time.monotonic() - self.start))
+
+
+def claim_of_test_id(node_id: str) -> str | None:
+    """The claim a suite test's node id names by its module (``suite/test_c02_sign_beats_sft.py::...`` -> C02)."""
+    match = re.search(r"(?:^|/)test_([cx]\d\d)_[^/]*\.py::", node_id)
+    return match.group(1).upper() if match else None
 
 
 def progress_line(done: int, total: int, elapsed: float) -> str:

@@ -23,15 +23,20 @@ PROPERTY = "opsft_claims"
 
 def scale_test_draw(scale: str) -> dict:
     """The problems every arm is scored on at ``scale`` (``opsft.calibrate.scoring_draw``; at a recipe scale, the
-    recipe's benchmarks: ``opsft.claims.measure.recipe_test_draw``); empty for a scale that scores none."""
+    recipe's benchmarks: ``opsft.claims.measure.recipe_test_draw``); empty for a scale that scores none, or whose
+    recipe does not load here."""
     from ablations.claims import is_recipe_scale, scale_profile
     from opsft.calibrate import scoring_draw
 
     profile = scale_profile(scale)
     if is_recipe_scale(profile):
         from opsft.claims.measure import recipe_test_draw
+        from opsft.recipes import RecipeError
 
-        return recipe_test_draw(profile)
+        try:
+            return recipe_test_draw(profile)
+        except (RecipeError, FileNotFoundError):  # the recipe cannot load here: its tests said why, as errors
+            return {}
     return scoring_draw(profile) if "eval_n" in profile else {}
 
 

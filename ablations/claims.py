@@ -38,7 +38,7 @@ _REGIME = {**SCALES["full"], "suite": "full", "organisms": ("small",), "row": LO
 # task families and grids and skip, saying so.
 RECIPE_CLAIMS = ("C02", "C16", "X04")
 DEFAULT_PAPER_RECIPE = "opsft-qwen3-8b"
-_PAPER = {"seeds": (0, 1, 2), "recipe": None, "claims": RECIPE_CLAIMS}
+_PAPER = {"seeds": (0, 1, 2), "claims": RECIPE_CLAIMS}
 _PAPER_TINY = {"seeds": (0, 1), "recipe": "paper-tiny", "stand_ins": True, "claims": RECIPE_CLAIMS}
 
 

@@ -17,12 +17,15 @@ connect, so a dead address is one error within ``CONNECT_TIMEOUT`` seconds.
 Resources: an organism run is a task of one CPU. With ``gpus_per_run`` G >= 1, a recipe run (from a Hugging Face
 model folder) is a task of G GPUs that trains through ``torchrun --standalone --nproc-per-node G -m
 opsft.distributed`` (``strategy``: DDP or FSDP2) into the same cache; Ray places it on a node with G free GPUs and
-sets ``CUDA_VISIBLE_DEVICES`` for it.
+sets ``CUDA_VISIBLE_DEVICES`` for it. A torchrun job that fails (``TorchrunFailed``) is retried like a dead
+worker, resuming from the run's checkpoint; its ranks stop when the task's worker dies.
 """
 
 from __future__ import annotations
 
+import ctypes
 import pickle
+import signal
 import socket
 import subprocess
 import sys
@@ -36,6 +39,7 @@ from opsft.io import atomic_write
 from opsft.workers import train_in_worker
 
 CONNECT_TIMEOUT = 10.0
+PR_SET_PDEATHSIG = 1  # prctl option: the signal a child gets when its parent dies (linux/prctl.h)
 RAY_CLIENT_PORT = 10001
 
 
@@ -94,25 +98,49 @@ def train_on_node(config: RunConfig, cache: Path) -> tuple[float, str]:
     return train_in_worker(config, cache), ray.get_runtime_context().get_node_id()
 
 
+class TorchrunFailed(RuntimeError):
+    """A recipe run's torchrun job exited with an error (a rank killed, out of memory, a collective timed out):
+    Ray retries the task, which resumes from the run's last checkpoint."""
+
+
 def torchrun_command(config_file: Path, cache: Path, nproc: int, strategy: str) -> list[str]:
     """The torchrun job that trains the pickled RunConfig ``config_file`` on ``nproc`` local processes."""
     return [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}",
             "-m", "opsft.distributed", "--config", str(config_file), "--strategy", strategy, "--cache", str(cache)]
 
 
+def _die_with_parent() -> None:
+    """In the torchrun child, before exec: ask Linux for SIGTERM when the Ray worker that started it dies (torchrun
+    then stops its ranks), so a killed or cancelled task leaves no rank holding GPUs or the run's lock."""
+    try:
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+    except OSError:  # not Linux: the ranks outlive a killed worker, as any child process would
+        pass
+
+
 def train_with_torchrun(config: RunConfig, cache: Path, nproc: int, strategy: str) -> tuple[float, str]:
-    """The Ray task of a recipe run: its torchrun job on this node's ``nproc`` GPUs (the job resumes from the
-    run's last checkpoint and returns at once when the run is cached); its wall time and the node it ran on."""
+    """The Ray task of a recipe run: its torchrun job on this node's ``nproc`` GPUs, logging to the run folder's
+    ``torchrun.log`` (the job resumes from the run's last checkpoint and returns at once when the run is cached);
+    its wall time and the node it ran on. A failed job, or one that leaves no verified result, raises
+    ``TorchrunFailed``."""
     import ray
 
+    from opsft.io import read_verified_manifest
     from opsft.runs import run
 
-    config_file = cache / "runs" / f"{config.digest()}.config.pkl"
+    folder = cache / "runs" / config.digest()
+    folder.mkdir(parents=True, exist_ok=True)
+    config_file = folder / "config.pkl"
     atomic_write(config_file, lambda p: p.write_bytes(pickle.dumps(config)))
-    job = subprocess.run(torchrun_command(config_file, cache, nproc, strategy), capture_output=True, text=True)
+    with open(folder / "torchrun.log", "a", encoding="utf-8") as log:
+        job = subprocess.run(torchrun_command(config_file, cache, nproc, strategy), stdout=log,
+                             stderr=subprocess.STDOUT, preexec_fn=_die_with_parent)
     if job.returncode != 0:
-        raise RuntimeError(f"run {config.digest()}: torchrun on {nproc} process(es) exited {job.returncode}:\n"
-                           f"{job.stderr[-3000:]}")
+        tail = (folder / "torchrun.log").read_text(encoding="utf-8", errors="replace")[-3000:]
+        raise TorchrunFailed(f"run {config.digest()}: torchrun on {nproc} process(es) exited {job.returncode} "
+                             f"(log: {folder / 'torchrun.log'}):\n{tail}")
+    if read_verified_manifest(folder / "result.json", "run cache") is None:
+        raise TorchrunFailed(f"run {config.digest()}: torchrun exited 0 but left no verified result.json in {folder}")
     return run(config, cache).wall_time, ray.get_runtime_context().get_node_id()
 
 
@@ -152,7 +180,8 @@ class RayWorkers:
             self._started = True
         self._task = ray.remote(train_on_node).options(num_cpus=1, max_retries=self.retries, retry_exceptions=False)
         self._gpu_task = ray.remote(train_with_torchrun).options(num_cpus=1, num_gpus=self.gpus_per_run,
-                                                                 max_retries=self.retries, retry_exceptions=False)
+                                                                 max_retries=self.retries,
+                                                                 retry_exceptions=[TorchrunFailed])
         return self
 
     def __exit__(self, *exc) -> None:

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from opsft.digest import OMIT_DEFAULT, Digestible
+from opsft.digest import NOT_DIGESTED, OMIT_DEFAULT, Digestible
 from opsft.organism.specs import ORGANISMS
 
 Precision = Literal["fp32", "bf16"]
@@ -114,12 +114,14 @@ class ConstraintConfig(Digestible):
 @dataclass(frozen=True)
 class EngineSettings:
     """How the colocated engine is built. ``gpu_memory_utilization`` is the share of the GPU vLLM may take
-    (weights + KV cache); the rest stays for training. ``dtype`` is the engine's, whatever the policy's."""
+    (weights + KV cache); the rest stays for training. ``dtype`` is the engine's, whatever the policy's. Only
+    ``dtype`` and ``seed`` change the samples: the others are left out of a run's digest (tuning memory for
+    another GPU keeps the cache)."""
 
     dtype: str = "bfloat16"
-    gpu_memory_utilization: float = 0.3
-    max_model_len: int | None = None
-    enforce_eager: bool = False
+    gpu_memory_utilization: float = field(default=0.3, metadata={NOT_DIGESTED: True})
+    max_model_len: int | None = field(default=None, metadata={NOT_DIGESTED: True})
+    enforce_eager: bool = field(default=False, metadata={NOT_DIGESTED: True})
     seed: int = 0
 
     def __post_init__(self) -> None:

@@ -16,18 +16,22 @@ CACHE_VERSION = 2
 # A field whose metadata holds OMIT_DEFAULT is left out of the canonical form while it has its default value: a
 # field added later then keeps every earlier config's digest (and cache entry).
 OMIT_DEFAULT = "digest_omit_default"
+# A field whose metadata holds NOT_DIGESTED is stored with the config but left out of its digest: a setting of how
+# a run is served (e.g. the share of a GPU an engine takes) that does not change what the run computes.
+NOT_DIGESTED = "not_digested"
 
 
-def _canonical(obj: Any) -> Any:
+def _canonical(obj: Any, for_digest: bool = False) -> Any:
     if dataclasses.is_dataclass(obj):
-        out = {f.name: _canonical(getattr(obj, f.name)) for f in dataclasses.fields(obj)
-               if not (f.metadata.get(OMIT_DEFAULT) and getattr(obj, f.name) == f.default)}
+        out = {f.name: _canonical(getattr(obj, f.name), for_digest) for f in dataclasses.fields(obj)
+               if not (f.metadata.get(OMIT_DEFAULT) and getattr(obj, f.name) == f.default)
+               and not (for_digest and f.metadata.get(NOT_DIGESTED))}
         out["__type__"] = type(obj).__name__
         return out
     if isinstance(obj, (list, tuple)):
-        return [_canonical(x) for x in obj]
+        return [_canonical(x, for_digest) for x in obj]
     if isinstance(obj, dict):
-        return {str(k): _canonical(v) for k, v in sorted(obj.items())}
+        return {str(k): _canonical(v, for_digest) for k, v in sorted(obj.items())}
     if isinstance(obj, float):
         return repr(obj)
     return obj
@@ -38,7 +42,8 @@ class Digestible:
 
     def digest(self) -> str:
         """Content hash of every field (recursively), independent of process, platform and dict order."""
-        payload = json.dumps({"v": CACHE_VERSION, "cfg": _canonical(self), **self.digest_context()}, sort_keys=True)
+        payload = json.dumps({"v": CACHE_VERSION, "cfg": _canonical(self, for_digest=True), **self.digest_context()},
+                             sort_keys=True)
         return hashlib.sha256(payload.encode()).hexdigest()[:16]
 
     def digest_context(self) -> dict[str, Any]:

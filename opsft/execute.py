@@ -75,8 +75,10 @@ def cmd_execute(args) -> int:
 
     if args.executor == "ray":
         from opsft.cluster import RayWorkers
-    if args.executor == "local" and (args.address or args.gpus_per_run):
-        raise ValueError(f"--address {args.address} / --gpus-per-run {args.gpus_per_run}: only for --executor ray")
+    if args.executor == "local" and args.address:
+        raise ValueError(f"--address {args.address}: only for --executor ray")
+    if args.executor == "local" and args.gpus_per_run:
+        raise ValueError(f"--gpus-per-run {args.gpus_per_run}: only for --executor ray")
     jobs = len(os.sched_getaffinity(0)) if args.jobs is None else args.jobs
     workers = (LocalWorkers(jobs, cache_root()) if args.executor == "local"
                else RayWorkers(args.address, cache_root(), cpus=args.jobs, retries=args.retries,

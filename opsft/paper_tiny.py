@@ -81,6 +81,7 @@ def write_stand_ins(cache: Path) -> dict[str, str]:
                 tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}-", dir=folder.parent))
                 try:
                     _write(tmp, Path(cache))
+                    tmp.chmod(0o755)  # mkdtemp makes it private; a shared cache is read by every user
                     os.replace(tmp, folder)
                 except BaseException:
                     shutil.rmtree(tmp, ignore_errors=True)

@@ -135,6 +135,14 @@ class RolloutSource:
         self.temperature, self.max_new_tokens, self.seed = temperature, max_new_tokens, seed
         self.objective, self.teacher, self.reference = objective, teacher, reference
 
+    def to(self, device: torch.device) -> RolloutSource:
+        """Move the teacher and reference models to ``device`` (where the rollouts are sampled: a rank's GPU
+        under torchrun); returns the source."""
+        for model in (self.teacher, self.reference):
+            if model is not None:
+                model.to(device)
+        return self
+
     def prompts(self, step: int) -> list[Example]:
         """The step's prompts: a seeded draw without replacement from the finite prompt set."""
         g = torch.Generator().manual_seed(step_seed(self.seed, step, 2))

@@ -11,15 +11,16 @@ less"?) and the held-out abilities' mean.
 
 import pytest
 
-from opsft.claims.arms import baseline, opsft_recipe
+from opsft.claims.arms import baseline, opsft_arm
 from opsft.claims.measure import accuracies
 from opsft.runs import base_model, run_tokenizer
 
 
 def arms(scale_name, scale, seed):
-    """The runs: the calibration's SFT and GRPO, and OPSFT with v from that GRPO run (``opsft_recipe``)."""
+    """The runs: the calibration's SFT and GRPO, and OPSFT with v from that GRPO run (``opsft_arm``: the
+    efficiency recipe, or a recipe's own ``runs.opsft``)."""
     grpo, sft = baseline("grpo", scale, seed), baseline("sft", scale, seed)
-    return {"sft": sft, "grpo": grpo, "opsft": opsft_recipe(sft, grpo, "sign")}
+    return {"sft": sft, "grpo": grpo, "opsft": opsft_arm(sft, grpo, scale)}
 
 
 @pytest.mark.claim("C02")

@@ -183,3 +183,15 @@ def test_gpus_per_run_is_for_ray_only(tmp_path, capsys):
     assert "--gpus-per-run 2: only for --executor ray" in capsys.readouterr().err
     with pytest.raises(ValueError, match="--gpus-per-run -1"):
         RayWorkers(None, tmp_path, gpus_per_run=-1)
+
+
+@pytest.mark.slow
+def test_a_failed_torchrun_job_is_a_retryable_error_that_names_its_log(tmp_path):
+    from opsft.cluster import TorchrunFailed, train_with_torchrun
+    from opsft.config import RunConfig
+
+    config = RunConfig(init=str(tmp_path / "no-such-model"))
+    with pytest.raises(TorchrunFailed, match="torchrun on 1 process\\(es\\) exited 1") as failed:
+        train_with_torchrun(config, tmp_path, 1, "ddp")
+    log = tmp_path / "runs" / config.digest() / "torchrun.log"
+    assert str(log) in str(failed.value) and "no-such-model" in log.read_text()

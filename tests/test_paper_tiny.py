@@ -8,7 +8,7 @@ import os
 import pytest
 
 from ablations.claims import RECIPE_CLAIMS, is_recipe_scale, scale_profile, skip_reason
-from opsft.claims.arms import baseline, opsft_recipe
+from opsft.claims.arms import baseline, opsft_arm
 from opsft.config import RunConfig
 from opsft.data.real import load_examples, read_rows
 from opsft.evals.benchmarks import BOXED_SUFFIX
@@ -91,10 +91,14 @@ def test_the_claims_arms_at_a_recipe_scale_are_the_recipes_runs(roots, monkeypat
 
 
 def test_the_plan_at_paper_tiny_holds_the_recipe_runs_and_no_organism(roots):
+    """C02's OPSFT arm is the recipe's runs.opsft (its fp32 rule and v at step 4 of runs.grpo)."""
     plan = build_plan("paper-tiny")
     sft, grpo = baseline("sft", SCALE, 0), baseline("grpo", SCALE, 0)
     c02 = {r.key for r in plan.runs.values() if "C02 seed0" in r.needed_by}
-    assert c02 == {sft.digest(), grpo.digest(), opsft_recipe(sft, grpo, "sign").digest()}
+    opsft = opsft_arm(sft, grpo, SCALE)
+    assert c02 == {sft.digest(), grpo.digest(), opsft.digest()}
+    recipe_opsft = load_recipe("paper-tiny", roots).runs["opsft"]  # the recipe's own OPSFT, as it states it
+    assert opsft == recipe_opsft and opsft.constraint.rule == "fp32" and opsft.constraint.direction_step == 4
     assert plan.organisms == set() and {r.config.model_label() for r in plan.runs.values()} == {STUDENT}
     assert {label.split()[0] for r in plan.runs.values() for label in r.needed_by} == set(RECIPE_CLAIMS)
 
@@ -107,3 +111,15 @@ def test_a_benchmark_task_asks_for_a_boxed_answer_and_keeps_the_first_problems()
     for bad, match in (({"code": ("humaneval",)}, "unknown code benchmarks"), ({"limit": 0}, "limit must be")):
         with pytest.raises(ValueError, match=match):
             EvalSettings(**bad)
+
+
+def test_only_the_engine_settings_that_change_the_samples_are_digested(roots):
+    from opsft.config import EngineSettings
+
+    grpo = load_recipe("paper-tiny", roots).runs["grpo"]
+    engine = dataclasses.replace(grpo, rollout_engine=EngineSettings())
+    assert engine.digest() != grpo.digest()  # vLLM samples differ from HF generate's
+    roomier = dataclasses.replace(grpo, rollout_engine=EngineSettings(gpu_memory_utilization=0.6, enforce_eager=True))
+    assert roomier.digest() == engine.digest()
+    assert roomier.to_dict()["rollout_engine"]["gpu_memory_utilization"] == "0.6"  # stored with the run all the same
+    assert dataclasses.replace(grpo, rollout_engine=EngineSettings(dtype="float16")).digest() != engine.digest()

@@ -77,6 +77,18 @@ def opsft_recipe(sft: RunConfig, source: RunConfig, mode: str, **options: Any) -
     return dataclasses.replace(constrained(sft, source, mode, **options), steps=source.steps,
                                snapshot_steps=source.snapshot_steps)
 
+def opsft_arm(sft: RunConfig, grpo: RunConfig, scale: Mapping[str, Any]) -> RunConfig:
+    """OPSFT with v from ``grpo``: ``opsft_recipe(sft, grpo, "sign")``; at a recipe scale whose recipe has a
+    ``runs.opsft``, that run as the recipe states it (its rule, steps and snapshot), with ``sft``'s seed and v
+    from ``grpo``."""
+    if is_recipe_scale(dict(scale)):
+        own = scale_recipe(scale).runs.get("opsft")
+        if own is not None:
+            return dataclasses.replace(own, seed=sft.seed,
+                                       constraint=dataclasses.replace(own.constraint, direction_run=grpo))
+    return opsft_recipe(sft, grpo, "sign")
+
+
 def lengthened(config: RunConfig, factor: int) -> RunConfig:
     """``config`` trained ``factor`` times as many steps, its snapshots at the same fractions of the run."""
     if factor < 1:

@@ -80,6 +80,8 @@ def recipe_accuracies(model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase
 
     recipe = scale_recipe(scale)
     settings = recipe.eval
+    if torch.cuda.is_available():  # a real model is scored on the GPU (lm-eval and generate use its device)
+        model = model.to("cuda")
     sampling = Sampling(k=settings.k, temperature=settings.temperature, top_p=settings.top_p,
                         max_new_tokens=settings.max_new_tokens)
     math_scores = math_problem_scores(model, tokenizer, settings.benchmarks, settings.protocol(), sampling,

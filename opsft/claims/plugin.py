@@ -183,9 +183,9 @@ class _ReportCollector:
         self.total = sum(self.runs_here(claim_id(item)) for item in session.items)
 
     def pytest_xdist_node_collection_finished(self, node, ids: list[str]) -> None:
-        """Count the tests to run (under xdist every worker collects the same ids; a claim's id is read from its
-        module's name, ``suite/test_c02_...``, and a test of another module counts)."""
-        self.total = sum(self.runs_here(claim_of_test_id(i)) or claim_of_test_id(i) is None for i in ids)
+        """Count the claim tests to run (under xdist every worker collects the same ids; a claim's id is read
+        from its module's name, ``suite/test_c02_...``)."""
+        self.total = sum(self.runs_here(claim_of_test_id(i)) for i in ids)
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         """Collect the rows and runs of a finished test call; a failed setup, call or teardown makes its claim

@@ -39,6 +39,7 @@ from opsft.runs import (
     run_tokenizer,
     save_snapshot,
 )
+from opsft.sources import RolloutSource
 from opsft.train import make_optimizer, make_scheduler, train
 
 CHECKPOINTS = "checkpoint_sharded"
@@ -83,6 +84,8 @@ def _train(config: RunConfig, world: World, strategy: str, folder: Path, cache: 
     source = ShardedSource(make_source(config, model, org, run_tokenizer(config)), world,
                            loss_normalizer(config.objective))
     model = parallelize(model, strategy, world)
+    if isinstance(source.inner, RolloutSource):  # the teacher and the KL reference score on the rank's device
+        source.inner.to(world.device)
     optimizer = make_optimizer(model, config.optim)
     scheduler = make_scheduler(optimizer, config.optim, config.steps)
     handle = attach_constraint(config, model, optimizer, cache)

@@ -5,6 +5,7 @@ Defaults quote the papers where the papers state them; organism-scale values say
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -111,6 +112,25 @@ class ConstraintConfig(Digestible):
             raise ValueError(f"ConstraintConfig(mode={self.mode!r}) needs direction_run (the run that supplies v)")
 
 
+def input_fingerprint(path: str) -> str:
+    """A cheap fingerprint of a local input: for a model folder, its ``*.json`` files byte for byte (config,
+    weight index, tokenizer) and each ``*.safetensors`` file's name and size; for a file, its size; "missing"
+    when absent (a run that reads it fails with a clear error)."""
+    target = Path(path)
+    digest = hashlib.sha256()
+    if target.is_dir():
+        for item in sorted(target.iterdir()):
+            if item.suffix == ".json":
+                digest.update(item.name.encode() + item.read_bytes())
+            elif item.suffix == ".safetensors":
+                digest.update(f"{item.name}:{item.stat().st_size}".encode())
+    elif target.is_file():
+        digest.update(str(target.stat().st_size).encode())
+    else:
+        return "missing"
+    return digest.hexdigest()[:16]
+
+
 @dataclass(frozen=True)
 class EngineSettings:
     """How the colocated engine is built. ``gpu_memory_utilization`` is the share of the GPU vLLM may take
@@ -167,9 +187,22 @@ class RunConfig(Digestible):
 
     def digest_context(self) -> dict[str, Any]:
         """The digest of the organism recipe the run trains on, so that rebuilding an organism with another
-        recipe never reuses the old one's runs."""
+        recipe never reuses the old one's runs; for a run from model folders, a fingerprint of every local
+        folder and file its lineage reads (``input_fingerprint``), so that weights or data replaced at the
+        same path never reuse the old runs."""
+        if not self.uses_organism():
+            return {"inputs": {path: input_fingerprint(path) for path in sorted(self.local_inputs())}}
         spec = ORGANISMS.get(self.organism)
         return {"organism": spec.digest() if spec is not None else self.organism}
+
+    def local_inputs(self) -> set[str]:
+        """The local folders and files this run and the runs it builds on read: model folders (start, OPD
+        teacher) and dataset files."""
+        paths = {p for p in (self.root_init(), self.teacher, self.source.dataset_path) if p is not None}
+        for parent in (self.init, self.constraint.direction_run):
+            if isinstance(parent, RunConfig):
+                paths |= parent.local_inputs()
+        return paths
 
     def __post_init__(self) -> None:
         if self.steps < 1:

@@ -123,3 +123,19 @@ def test_only_the_engine_settings_that_change_the_samples_are_digested(roots):
     assert roomier.digest() == engine.digest()
     assert roomier.to_dict()["rollout_engine"]["gpu_memory_utilization"] == "0.6"  # stored with the run all the same
     assert dataclasses.replace(grpo, rollout_engine=EngineSettings(dtype="float16")).digest() != engine.digest()
+
+
+def test_a_model_folder_replaced_at_the_same_path_is_another_run(roots, tmp_path):
+    import shutil
+
+    folder = tmp_path / "model"
+    shutil.copytree(os.path.join(roots["OPSFT_MODELS"], STUDENT), folder)
+    config = RunConfig(init=str(folder))
+    before = config.digest()
+    (folder / "config.json").write_text(json.dumps({**json.load(open(folder / "config.json")), "num_hidden_layers": 9}))
+    assert config.digest() != before
+    after_config = config.digest()
+    shard = sorted(folder.glob("*.safetensors"))[0]
+    shard.write_bytes(shard.read_bytes() + b"\0")
+    assert config.digest() != after_config
+    assert RunConfig(init=str(tmp_path / "absent")).digest() != before  # a missing folder is fingerprinted too

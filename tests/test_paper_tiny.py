@@ -139,3 +139,22 @@ def test_a_model_folder_replaced_at_the_same_path_is_another_run(roots, tmp_path
     shard.write_bytes(shard.read_bytes() + b"\0")
     assert config.digest() != after_config
     assert RunConfig(init=str(tmp_path / "absent")).digest() != before  # a missing folder is fingerprinted too
+
+
+def test_mbpp_plus_scores_the_program_evalplus_extracts_from_a_greedy_completion(monkeypatch):
+    import opsft.evals.paper as paper
+    from opsft.evals.evalplus_adapter import load_mbpp_plus
+
+    problems = list(load_mbpp_plus().values())[:2]
+    chat = {problems[0]["prompt"]: "Here it is:\n```python\n" + problems[0]["canonical_solution"] + "\n```\n"}
+    direct = {problems[1]["prompt"]: problems[1]["canonical_solution"] + "\n\n\nprint(1/0"}  # a base model rambles on
+    answers = {**chat, **direct}
+
+    def fake_generate(model, tokenizer, prompts, sampling):
+        assert sampling.k == 1 and sampling.temperature == 0.0
+        return [[answers.get(prompt, "@@ not code")] for prompt in prompts]
+
+    monkeypatch.setattr(paper, "generate", fake_generate)
+    assert paper.code_problem_scores(None, None, 64, limit=2) == [1.0, 1.0]
+    answers.clear()
+    assert paper.code_problem_scores(None, None, 64, limit=2) == [0.0, 0.0]

@@ -21,6 +21,7 @@ from opsft.diagnostics import endpoint_summary, trajectory_summary, update_cosin
 from opsft.directions import Direction
 from opsft.evals.generation import Sampling
 from opsft.evals.suite import SUITES, Suite, evaluate
+from opsft.io import file_sha256
 from opsft.organism import tasks
 from opsft.organism.accuracy import MAX_NEW_TOKENS, accuracy
 from opsft.runs import RunResult
@@ -72,7 +73,7 @@ def recipe_accuracies(model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase
     """The recipe's evaluation (``opsft.evals.paper``), in %: ``in_domain``, each math benchmark problem's avg@k
     (the papers' headline, the mean of the benchmarks' avg@k, when they hold as many problems each);
     ``train_set``, greedy accuracy on the first ``eval.train_problems`` rows of the SFT run's data; and
-    ``held_out_mean``, the mean over the code benchmarks' problems of the share of samples passing every test.
+    ``held_out_mean``, the share of the code benchmarks' problems whose greedy program passes every test.
     The first two carry their per-problem scores; a quantity the recipe does not ask for is left out."""
     from opsft.claims.arms import scale_recipe
     from opsft.data.real import load_examples
@@ -93,19 +94,22 @@ def recipe_accuracies(model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase
         train = [100 * x for x in train_problem_scores(model, tokenizer, examples, recipe.runs["sft"].source.max_new_tokens)]
         out["train_set"] = Accuracy(statistics.fmean(train), train)
     if settings.code:
-        out["held_out_mean"] = 100 * statistics.fmean(code_problem_scores(model, tokenizer, sampling, settings.limit))
+        out["held_out_mean"] = 100 * statistics.fmean(code_problem_scores(model, tokenizer, settings.max_new_tokens,
+                                                                          settings.limit))
     return out
 
 
 def recipe_test_draw(scale: Mapping[str, Any]) -> dict[str, dict]:
     """What ``recipe_accuracies`` scores every arm on, in the form of ``opsft.calibrate.scoring_draw``: the
-    benchmarks (the first ``eval.limit`` problems of each, sampled with seed 0) and the training rows."""
+    benchmarks (the first ``eval.limit`` problems of each, sampled with seed 0, under the recipe's name and the
+    SHA-256 of its file) and the training rows."""
     from opsft.claims.arms import scale_recipe
     from opsft.evals.paper import benchmark_items
 
     recipe = scale_recipe(scale)
     settings = recipe.eval
-    draw = {"in_domain": {"family": " + ".join(settings.benchmarks), "split": "test", "seed": 0,
+    label = f"recipe {recipe.name} (sha256 {file_sha256(recipe.path)[:12]}): "
+    draw = {"in_domain": {"family": label + " + ".join(settings.benchmarks), "split": "test", "seed": 0,
                           "n": sum(len(benchmark_items(b, settings.limit)) for b in settings.benchmarks)}}
     if settings.train_problems:
         draw["train_set"] = {"family": Path(recipe.runs["sft"].source.dataset_path).name, "split": "train",

@@ -6,8 +6,9 @@
   a problem's score is its avg@k. The headline is the unweighted mean of the benchmarks' avg@k
   (``benchmark_mean``); every benchmark has the same number of problems here, so it is also the mean over all
   problems.
-- **Code** (``[eval] code``: MBPP+ from ``evals/data/MbppPlus.jsonl``): k samples a problem, each program run by
-  evalplus on the base and plus tests; a problem's score is its share of samples passing both.
+- **Code** (``[eval] code``: MBPP+ from ``evals/data/MbppPlus.jsonl``): one greedy completion a problem (MBPP+'s
+  usual pass@1), the program extracted by evalplus's ``sanitize`` and run by evalplus on the base and plus
+  tests; a problem scores 1 when it passes both.
 - **Training set**: greedy accuracy on the first ``train_problems`` rows of the run's own dataset, by the
   training reward (math-verify on the boxed answer).
 
@@ -59,18 +60,28 @@ def math_problem_scores(model: Any, tokenizer: Any, names: Sequence[str], protoc
     return scores
 
 
-def code_problem_scores(model: Any, tokenizer: Any, sampling: Sampling, limit: int | None,
+def mbpp_program(prompt: str, completion: str, entry_point: str) -> str:
+    """The program evalplus runs for one completion, by evalplus's ``sanitize`` (the code that defines
+    ``entry_point`` and what it uses): from the completion alone when that defines the entry point (a chat
+    model's fenced answer), else from prompt + completion (a base model continuing the prompt)."""
+    from evalplus.sanitize import sanitize
+
+    alone = sanitize(completion, entry_point)
+    return alone if f"def {entry_point}(" in alone else sanitize(prompt + completion, entry_point)
+
+
+def code_problem_scores(model: Any, tokenizer: Any, max_new_tokens: int, limit: int | None,
                         workers: int = 2) -> list[float]:
-    """Each MBPP+ problem's share of k samples (prompt + completion, run by evalplus) that pass the base and the
-    plus tests, in file order."""
+    """Each MBPP+ problem's greedy pass (1.0 / 0.0: base and plus tests): the program ``mbpp_program`` extracts
+    from the completion, run by evalplus on the base and plus inputs; in file order."""
     problems = list(load_mbpp_plus().values())[:limit]
-    completions = generate(model, tokenizer, [p["prompt"] for p in problems], sampling)
-    programs = [(p["task_id"], p["prompt"] + c) for p, group in zip(problems, completions, strict=True) for c in group]
-    unique = sorted(set(programs))
+    greedy = Sampling(k=1, temperature=0.0, max_new_tokens=max_new_tokens)
+    completions = generate(model, tokenizer, [p["prompt"] for p in problems], greedy)
+    programs = [(p["task_id"], mbpp_program(p["prompt"], group[0], p["entry_point"]))
+                for p, group in zip(problems, completions, strict=True)]
     dataset = {p["task_id"]: p for p in problems}
-    verdicts = dict(zip(unique, check_solutions(dataset, unique, dataset="mbpp", workers=workers), strict=True))
-    k = sampling.k
-    return [sum(verdicts[programs[i * k + j]].plus_ok for j in range(k)) / k for i in range(len(problems))]
+    verdicts = check_solutions(dataset, programs, dataset="mbpp", workers=workers)
+    return [float(v.plus_ok) for v in verdicts]
 
 
 def train_problem_scores(model: Any, tokenizer: Any, examples: Sequence[Example], max_new_tokens: int) -> list[float]:

@@ -6,7 +6,7 @@ import sys
 import nox
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # the tolerances below live in the library
-from ablations.claims import calibration_of  # noqa: E402  (plain tables: imports before the venv exists)
+from ablations.claims import calibration_of, is_recipe_scale, scale_profile  # noqa: E402  (plain tables: imports before the venv exists)
 from opsft.claims.compare import CI_TOLERANCES  # noqa: E402  (stdlib only: imports before the venv exists)
 
 nox.options.sessions = ["tests", "lint"]
@@ -81,15 +81,19 @@ def calibration_args(scale: str) -> list[str]:
 def ablations(session: nox.Session) -> None:
     """The main job at a scale (after `--`, default the reference `regime`): first every run it needs, trained
     by `opsft execute` (the plan's order, one worker process per CPU, progress with an ETA), then from the cache
-    the organism regime calibration, every claim, and the regime map."""
+    the organism regime calibration, every claim, and the regime map. At a recipe scale (`paper`,
+    `paper-tiny`) the claims alone: the calibration and the map are grids over the organism."""
     install_project(session)
     scale = session.posargs[0] if session.posargs else REFERENCE
     jobs = worker_count()
     results = scale_outputs(scale)[0]
+    recipe = is_recipe_scale(scale_profile(scale))
     session.run("opsft", "execute", "--scale", scale, "--jobs", jobs)
-    session.run("opsft", "calibrate", *calibration_args(scale), "-o", results, "--jobs", jobs)
+    if not recipe:
+        session.run("opsft", "calibrate", *calibration_args(scale), "-o", results, "--jobs", jobs)
     run_claims(session, scale, "-n", jobs)
-    session.run("opsft", "map", "--scale", scale, "-o", f"{results}/map")
+    if not recipe:
+        session.run("opsft", "map", "--scale", scale, "-o", f"{results}/map")
 
 
 @nox.session

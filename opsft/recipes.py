@@ -195,7 +195,7 @@ def expand(value: Any, env: Mapping[str, str], where: str, key: str = "") -> Any
         var = match.group(1)
         if var not in env:
             roots = {v: k for k, v in ROOT_VARIABLES.items()}
-            flag = f" or pass --{roots[var]} DIR" if var in roots else ""
+            flag = f", or pass --{roots[var]} DIR to an opsft recipe command" if var in roots else ""
             raise RecipeError(f"{where}: {key} = {value!r} uses ${{{var}}}, which is not set (export {var}=...{flag})")
         return env[var]
 

@@ -206,7 +206,8 @@ def test_recipe_mistakes_are_named_by_key(tmp_path, roots, extra, message):
 
 def test_an_unset_root_variable_names_the_key_and_the_flag(tmp_path):
     with pytest.raises(RecipeError, match=r"defaults.init = '\$\{OPSFT_MODELS\}/Qwen3-8B' uses \$\{OPSFT_MODELS\}, "
-                                          r"which is not set \(export OPSFT_MODELS=... or pass --models DIR\)"):
+                                          r"which is not set \(export OPSFT_MODELS=..., or pass --models DIR to an "
+                                          r"opsft recipe command\)"):
         load_recipe(write_recipe(tmp_path, MINIMAL), {})
 
 

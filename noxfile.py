@@ -105,7 +105,16 @@ def lint(session: nox.Session) -> None:
 
 @nox.session(default=False)
 def gpu(session: nox.Session) -> None:
-    """The GPU path on one CUDA GPU: vLLM-vs-HF greedy equivalence, then scripts/gpu_check.py (at most 8 minutes)."""
-    session.install("-e", ".[gpu,dev]")  # vllm brings its own CUDA torch: no CPU constraints here
+    """The GPU path on one CUDA GPU: vLLM-vs-HF greedy equivalence, scripts/gpu_check.py (at most 8 minutes), then
+    the paper scale's path: the paper-tiny runs as Ray tasks of one GPU, each a torchrun job (nccl), and the
+    recipe claims scored on the GPU (about 2 minutes; results in a temporary folder)."""
+    session.install("-e", ".[gpu,dev,cluster]")  # vllm brings its own CUDA torch: no CPU constraints here
     session.run("pytest", "-p", "no:cacheprovider", "tests/test_vllm_sampler.py", "-k", "vllm_greedy_equals_hf")
     session.run("python", "scripts/gpu_check.py", *session.posargs)
+    tmp = session.create_tmp()
+    env = {"OPSFT_CACHE": os.path.join(tmp, "cache")}
+    session.run("opsft", "execute", "--scale", "paper-tiny", "--executor", "ray", "--gpus-per-run", "1",
+                "--strategy", "ddp", env=env)
+    session.run("pytest", "-p", "no:cacheprovider", "suite", "--scale", "paper-tiny", "--claims-save", "gpu",
+                "--claims-storage", os.path.join(tmp, "claims"), "--claims-results", os.path.join(tmp, "results"),
+                env=env)

@@ -58,8 +58,11 @@ def test_ctrl_c_on_opsft_execute_leaves_finished_runs_cached_and_no_torn_entry(t
                "--no-map", "--jobs", "2"]
     env = {**os.environ, "OPSFT_CACHE": str(tmp_path)}
     with open(tmp_path / "stderr.txt", "w") as stderr:  # a file: a full pipe nobody reads would block the child
+        # SIGINT restored to its default in the child: a job started in the background of a non-interactive
+        # shell (nohup CMD &, as a CI runner may) inherits it ignored, and Python then installs no handler
         proc = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=stderr, text=True,
-                                start_new_session=True)
+                                start_new_session=True,
+                                preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
         first_done = next((line for line in proc.stdout if "runs done" in line), None)
         assert first_done is not None and proc.poll() is None, "the executor ended before a run finished"
         os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C in a terminal does: the executor and its workers

@@ -128,8 +128,12 @@ def test_endpoint_matches_the_two_svd_reference(monkeypatch, route, case, k, ran
 def test_trajectory_matches_the_svd_reference(monkeypatch, route, case):
     if route == "svd":
         monkeypatch.setattr(F, "_gram_is_accurate", lambda values, k: False)
-    base = CASES[case]()
-    snapshots = [{"w": base + 0.05 * t * t * _random(base.shape, 10 + t)} for t in range(5)]
+    _assert_trajectory_matches_the_reference(CASES[case](), 10)
+
+
+def _assert_trajectory_matches_the_reference(base, seed):
+    """trajectory_summary of base and four perturbed snapshots against the SVD reference, point by point."""
+    snapshots = [{"w": base + 0.05 * t * t * _random(base.shape, seed + t)} for t in range(5)]
     snapshots[0] = {"w": base}
     out = D.trajectory_summary(snapshots, ["w"], subspace_k=4, hill_k=6, device="cpu")["per_matrix"]["w"]
     dws = [s["w"] - base for s in snapshots[1:]]
@@ -188,3 +192,49 @@ def test_extreme_mask_selection_equals_a_stable_sort_with_ties(largest, alpha):
 def test_device_defaults_to_cuda_only_when_present():
     expected = "cuda" if torch.cuda.is_available() else "cpu"
     assert F.resolve_device(None).type == expected and F.resolve_device("cpu").type == "cpu"
+
+
+# ---------------------------------------------------------------- the Lanczos route (small k of a wide matrix)
+
+WIDE_CASES = {
+    "gaussian 560x520": lambda: _random((560, 520), 20),
+    "power law 520x640": lambda: _with_spectrum((520, 640), np.arange(1, 521) ** -0.5, 21),
+}
+
+
+def _spy_lanczos(monkeypatch):
+    calls = []
+    real = F._lanczos_top
+
+    def spy(apply, n, k):
+        calls.append((n, k))
+        return real(apply, n, k)
+
+    monkeypatch.setattr(F, "_lanczos_top", spy)
+    return calls
+
+
+@pytest.mark.parametrize("case", sorted(WIDE_CASES))
+def test_the_lanczos_route_matches_the_two_svd_reference(monkeypatch, case):
+    calls = _spy_lanczos(monkeypatch)
+    w0 = WIDE_CASES[case]()
+    w1 = w0 + 1e-3 * _random(w0.shape, 98, float(w0.abs().mean()))
+    out = D.endpoint_summary({"w": w0}, {"w": w1}, ["w"], k=16, rank=8, device="cpu")["per_matrix"]["w"]
+    _close(out, _ref_endpoint(w0, w1, 16, 8, 0.5))
+    _assert_trajectory_matches_the_reference(w0, 30)
+    assert calls and all(k in (16, 4) and n in (520, 560) for n, k in calls), calls
+
+
+def test_lanczos_that_does_not_converge_falls_back_to_the_dense_gram_route(monkeypatch):
+    from scipy.sparse.linalg import ArpackNoConvergence
+
+    def no_convergence(*args, **kwargs):
+        raise ArpackNoConvergence("no convergence", np.zeros(0), np.zeros((0, 0)))
+
+    w = WIDE_CASES["gaussian 560x520"]()
+    expected = F.top_factors(w, 8, "cpu")
+    monkeypatch.setattr("scipy.sparse.linalg.eigsh", no_convergence)
+    assert F._lanczos_top(lambda x: x, 16, 2) is None
+    fallback = F.top_factors(w, 8, "cpu")
+    assert torch.equal(fallback.values, expected.values)
+    assert float(torch.linalg.svdvals(fallback.v.T @ expected.v).min()) == pytest.approx(1.0, abs=1e-12)

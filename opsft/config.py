@@ -112,6 +112,12 @@ class ConstraintConfig(Digestible):
             raise ValueError(f"ConstraintConfig(mode={self.mode!r}) needs direction_run (the run that supplies v)")
 
 
+def model_label(organism: str, root_init: str) -> str:
+    """The model a run trains, in a word, from its organism and what its lineage starts from: the organism's
+    name for ``"base"`` / ``"teacher"``, else the model folder's name."""
+    return organism if root_init in ("base", "teacher") else Path(root_init).name
+
+
 def input_fingerprint(path: str) -> str:
     """A cheap fingerprint of a local input: for a model folder, its ``*.json`` files byte for byte (config,
     weight index, tokenizer) and each ``*.safetensors`` file's name and size; for a file, its size; "missing"
@@ -183,7 +189,7 @@ class RunConfig(Digestible):
 
     def model_label(self) -> str:
         """The model a run trains, in a word: the organism's name, or its model folder's name."""
-        return self.organism if self.uses_organism() else Path(self.root_init()).name
+        return model_label(self.organism, self.root_init())
 
     def digest_context(self) -> dict[str, Any]:
         """The digest of the organism recipe the run trains on, so that rebuilding an organism with another

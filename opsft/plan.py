@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from opsft.claims.declared import Staged, parents, with_ancestors
-from opsft.config import RunConfig
+from opsft.config import RunConfig, model_label
 
 
 @dataclass
@@ -71,7 +71,7 @@ def stored_model_label(cfg: dict) -> str:
     init = cfg["init"]
     while isinstance(init, dict):
         init = init["init"]
-    return cfg["organism"] if init in ("base", "teacher") else Path(str(init)).name
+    return model_label(cfg["organism"], str(init))
 
 
 def saved_step_seconds(storage: Path) -> dict[tuple, float]:

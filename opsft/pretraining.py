@@ -73,7 +73,7 @@ def _pretrain(recipe: ModelRecipe, tokenizer: PreTrainedTokenizerBase) -> Qwen3F
     optimizer = make_optimizer(model, optim_cfg)
     train(model, optimizer, source, sft_loss, steps=recipe.steps,
           scheduler=make_scheduler(optimizer, optim_cfg, recipe.steps), grad_clip=1.0, progress=True,
-          desc=f"pretrain {recipe.size} ({recipe.style})")
+          desc=f"pretrain {recipe.size} ({recipe.style})", length_chunks=recipe.length_chunks)
     model.eval()
     return model
 

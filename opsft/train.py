@@ -58,6 +58,29 @@ def make_scheduler(optimizer: torch.optim.Optimizer, cfg: OptimConfig, steps: in
     return torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: schedule_factor(cfg, steps, step))
 
 
+def batch_logprobs(model: torch.nn.Module, batch: dict[str, torch.Tensor], length_chunks: int = 1) -> torch.Tensor:
+    """(B, L-1) log pi(x_t | x_<t) of a padded batch's tokens (``sequence_logits`` then ``token_logprobs``).
+
+    ``length_chunks`` = c > 1 on a right-padded batch trims the padding: its rows, stably sorted by length, are
+    cut into c groups of about B / c rows, each group runs trimmed to its longest row, and the log-probs go back
+    to their rows, 0 past the group's length (pad positions, which every objective masks). Each real token's
+    log-probability is the one-forward value up to float rounding (causal attention never takes a real token to
+    a later position), and the backward reaches the weights through the same tokens; only padded positions are
+    not computed. A left-padded batch, or c = 1, runs as one forward."""
+    ids, attention = batch["input_ids"], batch["attention_mask"]
+    right_padded = bool((attention[:, 1:] <= attention[:, :-1]).all())
+    if length_chunks <= 1 or not right_padded:
+        return token_logprobs(sequence_logits(model, ids, attention), ids)
+    lengths, order = attention.sum(1), torch.sort(attention.sum(1), stable=True).indices
+    pieces = []
+    for rows in order.chunk(length_chunks):
+        width = int(lengths[rows].max())
+        sub_ids = ids[rows, :width]
+        logp = token_logprobs(sequence_logits(model, sub_ids, attention[rows, :width]), sub_ids)  # (b, width-1)
+        pieces.append(torch.nn.functional.pad(logp, (0, ids.shape[1] - width)))
+    return torch.cat(pieces)[torch.argsort(order)]
+
+
 def train(
     model: torch.nn.Module,
     optimizer: torch.optim.Optimizer,
@@ -71,17 +94,19 @@ def train(
     callbacks: Sequence[Callback] = (),
     progress: bool = False,
     desc: str = "train",
+    length_chunks: int = 1,
 ) -> None:
     """Run optimizer steps ``start_step + 1 .. steps``: batch -> forward -> objective -> backward -> clip ->
-    step (constraint hooks fire inside ``optimizer.step``) -> callbacks (metrics, snapshots, checkpoints)."""
+    step (constraint hooks fire inside ``optimizer.step``) -> callbacks (metrics, snapshots, checkpoints).
+    ``length_chunks`` > 1 runs each right-padded batch in that many length-sorted, trimmed groups
+    (``batch_logprobs``)."""
     model.train()
     bar = tqdm(range(start_step, steps), desc=desc, disable=None if progress else True, leave=False)
     for step in bar:
         t0 = time.perf_counter()
         batch = source.batch(model, step)
         t_batch = time.perf_counter() - t0
-        logits = sequence_logits(model, batch["input_ids"], batch["attention_mask"])  # (B, L, V)
-        logp = token_logprobs(logits, batch["input_ids"])  # (B, L-1)
+        logp = batch_logprobs(model, batch, length_chunks)  # (B, L-1)
         loss, metrics = objective(logp, batch)
         if not torch.isfinite(loss):
             raise NonFiniteLossError(f"non-finite loss {loss.item()} at step {step + 1} ({desc})")

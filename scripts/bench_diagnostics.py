@@ -1,7 +1,14 @@
 """Seconds per diagnostic on one N x N matrix pair (default 4096), seconds of the per-matrix work of
 `opsft diagnose` per Qwen3-8B matrix shape, and the projected time of one Qwen3-8B base->RL pair; written to
 results/perf.md, section "diagnostics". Usage: python scripts/bench_diagnostics.py [--size 4096]
-[--out results/perf.md] [--no-shapes]"""
+[--out results/perf.md] [--no-shapes]
+
+``--floor`` instead times the exact float64 reductions no exact route can skip, per Qwen3-8B shape (section
+"diagnostics_floor"): every singular value takes a bidiagonal reduction (``torch.linalg.svdvals``), and a top-k
+singular subspace either a full SVD or the Gram matrix and its tridiagonal reduction (``eigvalsh``: the
+reduction and the values, no vectors). An endpoint summary needs both for W0 and W+; the trajectory point of dW
+needs its values (its top-16 subspace comes from Lanczos, cheap), so one matrix of `opsft diagnose` costs at
+least 2 x (svdvals + Gram + eigvalsh) + svdvals on the exact routes available here."""
 
 from __future__ import annotations
 
@@ -104,6 +111,63 @@ def h100_projection_seconds(efficiency: float) -> float:
     return flops / (efficiency * H100_FP64_FLOPS)
 
 
+def floor_seconds(shape: tuple[int, int]) -> dict[str, float]:
+    """Seconds of each exact float64 kernel on one matrix of ``shape`` at this process's thread count: all
+    singular values, the smaller Gram matrix, its eigenvalues (tridiagonal reduction) and its full eigh."""
+    w = _pair(shape)[0].double()
+    gram = w.T @ w if shape[0] >= shape[1] else w @ w.T
+    return {"svdvals": _time(lambda: torch.linalg.svdvals(w)),
+            "gram": _time(lambda: w.T @ w if shape[0] >= shape[1] else w @ w.T),
+            "eigvalsh": _time(lambda: torch.linalg.eigvalsh(gram)),
+            "eigh": _time(lambda: torch.linalg.eigh(gram)),
+            "svd": _time(lambda: torch.linalg.svd(w, full_matrices=False))}
+
+
+def render_floor(floors: dict[tuple[int, int], dict[str, float]], measured: dict[tuple[int, int], float]) -> str:
+    """The "diagnostics_floor" section: kernel seconds per shape, the floor of one matrix's `opsft diagnose`
+    work (W0's and W+'s svdvals + Gram + eigvalsh, and dW's svdvals) against the per-matrix seconds measured in
+    section "diagnostics", and the Qwen3-8B totals."""
+    prov = provenance()
+    lines = [
+        "Floor of the exact float64 diagnostics: seconds of the reductions no exact route skips, per Qwen3-8B "
+        "shape (every singular value: a bidiagonal reduction, `svdvals`; a top-k subspace: a full SVD, or the "
+        "Gram matrix and its tridiagonal reduction, `eigvalsh`, before any vector). An endpoint summary needs "
+        "both for W0 and W+ (2 x (svdvals + Gram + eigvalsh)); one matrix of `opsft diagnose` adds dW's "
+        "singular values (its top-16 subspace comes from Lanczos). These are the reductions of the exact "
+        "routes available here, not a bound on every algorithm. `python scripts/bench_diagnostics.py --floor`",
+        f"commit {str(prov['commit'])[:7]} (dirty: {prov['dirty']}), torch {prov['torch']}, "
+        f"{prov['machine']['cpu']}, {prov['machine']['torch_threads']} threads on {prov['machine']['cores']} "
+        f"cores, load average {_load()} at the end, {prov['utc']}",
+        "",
+        "| shape (out x in) | svdvals | Gram | eigvalsh | eigh (all vectors) | thin SVD | endpoint floor | "
+        "diagnose floor per matrix | measured per matrix (section diagnostics) | matrices |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    total_floor = total_measured = 0.0
+    for shape, count in QWEN3_8B_SHAPES.items():
+        f = floors[shape]
+        one = f["svdvals"] + f["gram"] + f["eigvalsh"]
+        per_matrix = 2 * one + f["svdvals"]
+        total_floor += count * per_matrix
+        total_measured += count * measured.get(shape, float("nan"))
+        lines.append(f"| {shape[0]}x{shape[1]} | {f['svdvals']:.2f} | {f['gram']:.2f} | {f['eigvalsh']:.2f} | "
+                     f"{f['eigh']:.2f} | {f['svd']:.2f} | {2 * one:.1f} | {per_matrix:.1f} | "
+                     f"{measured.get(shape, float('nan')):.1f} | {count} |")
+    lines += ["", f"Qwen3-8B pair: floor {total_floor:.0f} s ({total_floor / 3600:.2f} h), measured "
+              f"{total_measured:.0f} s ({total_measured / 3600:.2f} h); the Speed issue's target is 1 h, and 10 s for "
+              "one 4096x4096 endpoint summary."]
+    return "\n".join(lines)
+
+
+def _measured_per_matrix(path: str) -> dict[tuple[int, int], float]:
+    """Seconds per matrix by shape from the "diagnostics" section of ``path`` (empty when absent)."""
+    import re
+
+    text = open(path).read() if os.path.exists(path) else ""
+    return {(int(a), int(b)): float(sec)
+            for a, b, sec in re.findall(r"^\| (\d+)x(\d+) \| \d+ \| ([\d.]+) \| [\d.]+ \|$", text, re.M)}
+
+
 def _load() -> str:
     return f"{os.getloadavg()[0]:.1f}"
 
@@ -180,7 +244,14 @@ def main() -> None:
     parser.add_argument("--size", type=int, default=4096)
     parser.add_argument("--out", default="results/perf.md")
     parser.add_argument("--no-shapes", action="store_true", help="skip the Qwen3-8B per-shape projection")
+    parser.add_argument("--floor", action="store_true", help="time the exact reductions per shape instead")
     args = parser.parse_args()
+    if args.floor:
+        body = render_floor({shape: floor_seconds(shape) for shape in QWEN3_8B_SHAPES},
+                            _measured_per_matrix(args.out))
+        print(body)
+        update_markdown_section(args.out, "diagnostics_floor", body)
+        return
     before = _load()
     timings = run(args.size)
     loads = (before, _load())

@@ -83,6 +83,6 @@ class OrganismSpec(Digestible):
 ORGANISMS: dict[str, OrganismSpec] = {
     "nano": OrganismSpec(student="nano", teacher="nano", base_steps=60, teacher_steps=60, pretrain_examples=2000,
                          eval_problems=32),
-    "micro": OrganismSpec(),
+    "micro": OrganismSpec(pretrain_length_chunks=4, teacher_steps=1600),
     "small": OrganismSpec(student="small", base_steps=900),
 }

@@ -64,9 +64,9 @@ def batch_logprobs(model: torch.nn.Module, batch: dict[str, torch.Tensor], lengt
     ``length_chunks`` = c > 1 on a right-padded batch trims the padding: its rows, stably sorted by length, are
     cut into c groups of about B / c rows, each group runs trimmed to its longest row, and the log-probs go back
     to their rows, 0 past the group's length (pad positions, which every objective masks). Each real token's
-    log-probability is the one-forward value up to float rounding (causal attention never takes a real token to
-    a later position), and the backward reaches the weights through the same tokens; only padded positions are
-    not computed. A left-padded batch, or c = 1, runs as one forward."""
+    log-probability is the one-forward value up to float rounding (under causal attention a real token never
+    attends to a later position, pad or not), and the backward reaches the weights through the same tokens;
+    only padded positions are not computed. A left-padded batch, or c = 1, runs as one forward."""
     ids, attention = batch["input_ids"], batch["attention_mask"]
     right_padded = bool((attention[:, 1:] <= attention[:, :-1]).all())
     if length_chunks <= 1 or not right_padded:

@@ -35,8 +35,7 @@ class ModelRecipe(Digestible):
     seed: int
     # Batches run in this many length-sorted, trimmed groups (opsft.train.batch_logprobs): the same loss, other
     # float rounding, a third fewer tokens computed on the mixtures' batches. 1 (one padded forward) is left out
-    # of the digest, so the recipes that keep it keep their models. Every organism keeps 1 for now: micro's
-    # teacher built with 4 chunks scored 81% instead of 88.5% (results/perf.md, section organism).
+    # of the digest, so the recipes that keep it keep their models.
     length_chunks: int = field(default=1, metadata={OMIT_DEFAULT: True})
 
     def digest_context(self) -> dict:
@@ -50,8 +49,8 @@ class OrganismSpec(Digestible):
 
     student: str = "micro"
     teacher: str = "mini"
-    # 600 steps leave the micro base at 27% greedy on 200 held-out arith problems (a probe at 800 steps: 49%):
-    # inside the 10-60% band where GRPO's groups see both outcomes
+    # 600 steps leave the micro base at 27% greedy on 200 held-out arith problems (a probe at 800 steps: 49%;
+    # 35% when trained in 4 length chunks): inside the 10-60% band where GRPO's groups see both outcomes
     base_steps: int = 600
     teacher_steps: int = 1500
     batch_size: int = 64
@@ -83,6 +82,9 @@ class OrganismSpec(Digestible):
 ORGANISMS: dict[str, OrganismSpec] = {
     "nano": OrganismSpec(student="nano", teacher="nano", base_steps=60, teacher_steps=60, pretrain_examples=2000,
                          eval_problems=32),
+    # Teacher in 4 length chunks, 1600 steps: the cold build in 599 s with the teacher at 96.5% (results/perf.md,
+    # section organism). One padded forward and 1500 steps: 711 s and 88.5%; 4 chunks and 1500 steps: 81%;
+    # 4 chunks and 1800 steps: 96% in 655 s (probes at d97ae45-ed7d5d1 on 2 cores). Its base scores 35%.
     "micro": OrganismSpec(pretrain_length_chunks=4, teacher_steps=1600),
     "small": OrganismSpec(student="small", base_steps=900),
 }

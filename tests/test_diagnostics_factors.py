@@ -238,3 +238,21 @@ def test_lanczos_that_does_not_converge_falls_back_to_the_dense_gram_route(monke
     fallback = F.top_factors(w, 8, "cpu")
     assert torch.equal(fallback.values, expected.values)
     assert float(torch.linalg.svdvals(fallback.v.T @ expected.v).min()) == pytest.approx(1.0, abs=1e-12)
+
+
+@pytest.mark.parametrize("route", ["auto", "svd"])
+def test_a_wide_matrix_is_reduced_as_its_transpose_with_sides_kept(monkeypatch, route):
+    # W = U diag(s) V^T, 40 x 120 with a known spectrum: its values, and U_k / V_k on the right sides.
+    if route == "svd":
+        monkeypatch.setattr(F, "_gram_is_accurate", lambda values, k: False)
+    gen = torch.Generator().manual_seed(21)
+    u, _ = torch.linalg.qr(torch.randn(40, 40, generator=gen, dtype=torch.float64))
+    v, _ = torch.linalg.qr(torch.randn(120, 40, generator=gen, dtype=torch.float64))
+    s = torch.linspace(10, 1, 40, dtype=torch.float64)
+    w = (u * s) @ v.T
+    f = F.top_factors(w, 5)
+    torch.testing.assert_close(f.values, s, atol=1e-12, rtol=0)
+    torch.testing.assert_close(F.singular_values(w), s, atol=1e-12, rtol=0)
+    for got, true in ((f.u, u[:, :5]), (f.v, v[:, :5])):  # the same subspaces: |cosines| all 1
+        torch.testing.assert_close(torch.linalg.svdvals(got.T @ true), torch.ones(5, dtype=torch.float64),
+                                   atol=1e-10, rtol=0)

@@ -4,7 +4,8 @@ metric of that matrix (NSS, principal angles, mask overlap, stable rank, Hill in
 The device is chosen once per call (``resolve_device``: CUDA when present, else CPU); inputs and results
 stay float64 and results come back on CPU.
 
-CPU: the singular values are LAPACK's exact ones (``torch.linalg.svdvals``: bidiagonalisation, no vectors).
+CPU: the singular values are LAPACK's exact ones (``torch.linalg.svdvals``: bidiagonalisation, no vectors), of
+W or W^T, whichever is tall (the faster reduction).
 The top-k right singular vectors are the top-k eigenvectors of the Gram matrix G = W^T W (or W W^T for a
 wide matrix, giving the left ones). This is used only where it is as accurate as the SVD's vectors: an
 eigenvector of G is perturbed by about eps * sigma_1^2 / (sigma_k^2 - sigma_{k+1}^2), the SVD's by about
@@ -49,9 +50,16 @@ def resolve_device(device: str | torch.device | None = None) -> torch.device:
     return torch.device(device)
 
 
+def _tall(w: torch.Tensor) -> torch.Tensor:
+    """W, or the view W^T when W is wide: the same singular values, and LAPACK reduces a tall matrix faster
+    (here svdvals of a 4096x12288 float64 matrix: 10.5 s; of its transpose: 6.5 s, values equal to 1e-14)."""
+    return w if w.shape[0] >= w.shape[1] else w.T
+
+
 def singular_values(w: torch.Tensor, device: str | torch.device | None = None) -> torch.Tensor:
-    """sigma(W): all singular values of a finite matrix, descending, float64 on CPU (no vectors computed)."""
-    return torch.linalg.svdvals(w.to(resolve_device(device), torch.float64)).cpu()
+    """sigma(W): all singular values of a finite matrix, descending, float64 on CPU (no vectors computed; of
+    the tall one of W and W^T)."""
+    return torch.linalg.svdvals(_tall(w.to(resolve_device(device), torch.float64))).cpu()
 
 
 def _orthonormal_span(x: torch.Tensor) -> torch.Tensor:
@@ -106,8 +114,11 @@ def _lanczos_factors(w: torch.Tensor, values: torch.Tensor, k: int) -> Factors |
 
 
 def _svd_factors(w: torch.Tensor, k: int) -> Factors:
-    """Top-k subspaces and all singular values from one thin exact SVD W = U S V^T."""
-    u, s, vh = torch.linalg.svd(w, full_matrices=False)
+    """Top-k subspaces and all singular values from one thin exact SVD W = U S V^T (of the tall one of W and
+    W^T: for a wide W, W^T = V S U^T gives U and V swapped)."""
+    u, s, vh = torch.linalg.svd(_tall(w), full_matrices=False)
+    if w.shape[0] < w.shape[1]:
+        u, vh = vh.T, u.T
     return Factors(s.cpu(), u[:, :k].cpu(), vh[:k].T.cpu())
 
 
@@ -119,7 +130,7 @@ def top_factors(w: torch.Tensor, k: int, device: str | torch.device | None = Non
     x = w.to(dev, torch.float64)
     k = min(k, *x.shape)
     if dev.type == "cpu":
-        values = torch.linalg.svdvals(x)
+        values = torch.linalg.svdvals(_tall(x))
         if _gram_is_accurate(values, k):
             if k <= LANCZOS_MAX_K and min(x.shape) >= LANCZOS_MIN_DIM:
                 found = _lanczos_factors(x, values, k)

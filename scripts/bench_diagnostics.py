@@ -113,14 +113,16 @@ def h100_projection_seconds(efficiency: float) -> float:
 
 def floor_seconds(shape: tuple[int, int]) -> dict[str, float]:
     """Seconds of each exact float64 kernel on one matrix of ``shape`` at this process's thread count: all
-    singular values, the smaller Gram matrix, its eigenvalues (tridiagonal reduction) and its full eigh."""
+    singular values, the smaller Gram matrix, its eigenvalues (tridiagonal reduction), its full eigh and the
+    thin SVD, each of the tall one of W and W^T."""
     w = _pair(shape)[0].double()
-    gram = w.T @ w if shape[0] >= shape[1] else w @ w.T
-    return {"svdvals": _time(lambda: torch.linalg.svdvals(w)),
-            "gram": _time(lambda: w.T @ w if shape[0] >= shape[1] else w @ w.T),
+    tall = w if shape[0] >= shape[1] else w.T  # reduced as opsft.diagnostics.factors reduces it
+    gram = tall.T @ tall
+    return {"svdvals": _time(lambda: torch.linalg.svdvals(tall)),
+            "gram": _time(lambda: tall.T @ tall),
             "eigvalsh": _time(lambda: torch.linalg.eigvalsh(gram)),
             "eigh": _time(lambda: torch.linalg.eigh(gram)),
-            "svd": _time(lambda: torch.linalg.svd(w, full_matrices=False))}
+            "svd": _time(lambda: torch.linalg.svd(tall, full_matrices=False))}
 
 
 def render_floor(floors: dict[tuple[int, int], dict[str, float]], measured: dict[tuple[int, int], float]) -> str:

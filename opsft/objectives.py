@@ -1,7 +1,8 @@
 """Training objectives as pure functions: (token log-probabilities, batch) -> (loss, metrics).
 
 The loop computes ``logp[b, t] = log pi_theta(y_t | y_<t)`` for every target token once
-(:func:`token_logprobs`) and hands it here; no objective touches the model. Shapes: B sequences,
+(:func:`batch_logprobs`: the forward the loop, the rollout source's scoring and the Fisher estimate share)
+and hands it here; no objective touches the model. Shapes: B sequences,
 T target positions (the input shifted by one); ``mask[b, t] = 1`` where token t is trained on.
 """
 
@@ -12,6 +13,7 @@ from collections.abc import Callable
 import torch
 
 from opsft.config import ObjectiveConfig
+from opsft.sampling.base import sequence_logits
 
 Metrics = dict[str, float]
 Objective = Callable[[torch.Tensor, dict[str, torch.Tensor]], tuple[torch.Tensor, Metrics]]
@@ -23,6 +25,29 @@ def token_logprobs(logits: torch.Tensor, input_ids: torch.Tensor) -> torch.Tenso
     targets = input_ids[:, 1:]  # (B, T)
     return torch.log_softmax(logits, dim=-1).gather(-1, targets.unsqueeze(-1)).squeeze(-1)  # (B, T)
 
+
+
+def batch_logprobs(model: torch.nn.Module, batch: dict[str, torch.Tensor], length_chunks: int = 1) -> torch.Tensor:
+    """(B, L-1) log pi(x_t | x_<t) of a padded batch's tokens (``sequence_logits`` then ``token_logprobs``).
+
+    ``length_chunks`` = c > 1 on a right-padded batch trims the padding: its rows, stably sorted by length, are
+    cut into c groups of about B / c rows, each group runs trimmed to its longest row, and the log-probs go back
+    to their rows, 0 past the group's length (pad positions, which every objective masks). Each real token's
+    log-probability is the one-forward value up to float rounding (under causal attention a real token never
+    attends to a later position, pad or not), and the backward reaches the weights through the same tokens;
+    only padded positions are not computed. A left-padded batch, or c = 1, runs as one forward."""
+    ids, attention = batch["input_ids"], batch["attention_mask"]
+    right_padded = bool((attention[:, 1:] <= attention[:, :-1]).all())
+    if length_chunks <= 1 or not right_padded:
+        return token_logprobs(sequence_logits(model, ids, attention), ids)
+    lengths, order = attention.sum(1), torch.sort(attention.sum(1), stable=True).indices
+    pieces = []
+    for rows in order.chunk(length_chunks):
+        width = int(lengths[rows].max())
+        sub_ids = ids[rows, :width]
+        logp = token_logprobs(sequence_logits(model, sub_ids, attention[rows, :width]), sub_ids)  # (b, width-1)
+        pieces.append(torch.nn.functional.pad(logp, (0, ids.shape[1] - width)))
+    return torch.cat(pieces)[torch.argsort(order)]
 
 def _masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     return (x * mask).sum() / mask.sum().clamp(min=1)

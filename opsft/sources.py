@@ -15,8 +15,8 @@ import torch
 from transformers import PreTrainedTokenizerBase
 
 from opsft.config import ObjectiveConfig
-from opsft.objectives import group_advantages, token_logprobs
-from opsft.sampling.base import Sampler, sequence_logits
+from opsft.objectives import batch_logprobs, group_advantages
+from opsft.sampling.base import Sampler
 
 Batch = dict[str, torch.Tensor]
 
@@ -175,8 +175,7 @@ class RolloutSource:
 
     @torch.no_grad()
     def _logp(self, model: torch.nn.Module, batch: Batch) -> torch.Tensor:
-        logits = sequence_logits(model, batch["input_ids"], batch["attention_mask"])
-        return token_logprobs(logits, batch["input_ids"])  # (B, T)
+        return batch_logprobs(model, batch)  # (B, T)
 
     def _thin(self, batch: Batch, step: int) -> torch.Tensor:
         """GEO section 5.1 / appendix G.2 token sparsification: keep ``token_keep`` of each sequence's

@@ -12,8 +12,7 @@ import torch
 from tqdm.auto import tqdm
 
 from opsft.config import OptimConfig
-from opsft.objectives import Objective, token_logprobs
-from opsft.sampling.base import sequence_logits
+from opsft.objectives import Objective, batch_logprobs
 
 
 class Source(Protocol):
@@ -56,29 +55,6 @@ def schedule_factor(cfg: OptimConfig, steps: int, step: int) -> float:
 def make_scheduler(optimizer: torch.optim.Optimizer, cfg: OptimConfig, steps: int) -> torch.optim.lr_scheduler.LambdaLR:
     """The schedule of ``schedule_factor`` on ``optimizer``."""
     return torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: schedule_factor(cfg, steps, step))
-
-
-def batch_logprobs(model: torch.nn.Module, batch: dict[str, torch.Tensor], length_chunks: int = 1) -> torch.Tensor:
-    """(B, L-1) log pi(x_t | x_<t) of a padded batch's tokens (``sequence_logits`` then ``token_logprobs``).
-
-    ``length_chunks`` = c > 1 on a right-padded batch trims the padding: its rows, stably sorted by length, are
-    cut into c groups of about B / c rows, each group runs trimmed to its longest row, and the log-probs go back
-    to their rows, 0 past the group's length (pad positions, which every objective masks). Each real token's
-    log-probability is the one-forward value up to float rounding (under causal attention a real token never
-    attends to a later position, pad or not), and the backward reaches the weights through the same tokens;
-    only padded positions are not computed. A left-padded batch, or c = 1, runs as one forward."""
-    ids, attention = batch["input_ids"], batch["attention_mask"]
-    right_padded = bool((attention[:, 1:] <= attention[:, :-1]).all())
-    if length_chunks <= 1 or not right_padded:
-        return token_logprobs(sequence_logits(model, ids, attention), ids)
-    lengths, order = attention.sum(1), torch.sort(attention.sum(1), stable=True).indices
-    pieces = []
-    for rows in order.chunk(length_chunks):
-        width = int(lengths[rows].max())
-        sub_ids = ids[rows, :width]
-        logp = token_logprobs(sequence_logits(model, sub_ids, attention[rows, :width]), sub_ids)  # (b, width-1)
-        pieces.append(torch.nn.functional.pad(logp, (0, ids.shape[1] - width)))
-    return torch.cat(pieces)[torch.argsort(order)]
 
 
 def train(

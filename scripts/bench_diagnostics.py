@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import time
 from collections.abc import Callable
 
@@ -163,8 +164,6 @@ def render_floor(floors: dict[tuple[int, int], dict[str, float]], measured: dict
 
 def _measured_per_matrix(path: str) -> dict[tuple[int, int], float]:
     """Seconds per matrix by shape from the "diagnostics" section of ``path`` (empty when absent)."""
-    import re
-
     text = open(path).read() if os.path.exists(path) else ""
     return {(int(a), int(b)): float(sec)
             for a, b, sec in re.findall(r"^\| (\d+)x(\d+) \| \d+ \| ([\d.]+) \| [\d.]+ \|$", text, re.M)}

@@ -7,7 +7,7 @@ Usage: python scripts/bench_organism.py [--organism micro] [--length-chunks 1 4]
 
 Pretraining runs at the fixed thread count of every cached computation (``opsft.threads``), whatever the
 machine has. ``--length-chunks`` builds the organism once per value of its recipe's ``pretrain_length_chunks``
-(each batch in that many length-sorted, trimmed groups: ``opsft.train.batch_logprobs``), one after the other;
+(each batch in that many length-sorted, trimmed groups: ``opsft.objectives.batch_logprobs``), one after the other;
 a value other than the recipe's own is another organism (another digest), built with the recipe patched.
 
 With ``--cache`` the first build goes into DIR (which must not hold the organism yet) and is kept there, so the

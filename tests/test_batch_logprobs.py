@@ -7,13 +7,12 @@ from dataclasses import replace
 import pytest
 import torch
 
-from opsft.objectives import sft_loss
+from opsft.objectives import batch_logprobs, sft_loss
 from opsft.organism import tasks
 from opsft.organism.models import build_model
 from opsft.organism.specs import ORGANISMS
 from opsft.organism.tokenizer import build_tokenizer
 from opsft.sources import encode_pairs
-from opsft.train import batch_logprobs
 
 
 def right_padded_batch(n: int = 12) -> dict[str, torch.Tensor]:

@@ -15,10 +15,9 @@ import torch
 
 from opsft.config import RunConfig
 from opsft.masks import fisher_diagonal
-from opsft.objectives import make_objective, token_logprobs
+from opsft.objectives import batch_logprobs, make_objective
 from opsft.pretraining import build_organism
 from opsft.runs import initial_model, make_source, run_tokenizer
-from opsft.sampling.base import sequence_logits
 
 Tensors = dict[str, torch.Tensor]
 
@@ -36,8 +35,7 @@ def sequences(batch: Mapping[str, torch.Tensor]) -> Iterator[Tensors]:
 
 def _squared_gradient(model: torch.nn.Module, config: RunConfig, batch: Mapping[str, torch.Tensor]) -> Tensors:
     """g^2 elementwise for g the gradient of the run's objective on one batch, as the train loop computes it."""
-    logits = sequence_logits(model, batch["input_ids"], batch["attention_mask"])  # (B, L, V)
-    loss, _ = make_objective(config.objective)(token_logprobs(logits, batch["input_ids"]), dict(batch))
+    loss, _ = make_objective(config.objective)(batch_logprobs(model, batch), dict(batch))
     named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
     grads = torch.autograd.grad(loss, [p for _, p in named], allow_unused=True)
     return {n: (torch.zeros_like(p) if g is None else g).float().square() for (n, p), g in zip(named, grads, strict=True)}

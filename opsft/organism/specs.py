@@ -33,7 +33,7 @@ class ModelRecipe(Digestible):
     lr: float
     examples: int
     seed: int
-    # Batches run in this many length-sorted, trimmed groups (opsft.train.batch_logprobs): the same loss, other
+    # Batches run in this many length-sorted, trimmed groups (opsft.objectives.batch_logprobs): the same loss, other
     # float rounding, a third fewer tokens computed on the mixtures' batches. 1 (one padded forward) is left out
     # of the digest, so the recipes that keep it keep their models.
     length_chunks: int = field(default=1, metadata={OMIT_DEFAULT: True})

@@ -29,13 +29,16 @@ def install_project(session: nox.Session) -> None:
 def tests(session: nox.Session) -> None:
     """Unit tests (with small nano-organism training runs, marked slow; the extra Ray clusters marked `cluster`
     are left out), then every claim at `ci` scale on the micro organism and the recipe claims at `paper-tiny`
-    (the paper scale's path on CPU stand-ins), each compared with its committed baseline."""
+    (the paper scale's path on CPU stand-ins), each compared with its committed baseline. Every organism
+    accuracy of the claims is cross-checked: the in-house greedy scorer must give each problem the completion
+    and verdict lm-eval gave it (``opsft.evals.organism_scores``), on every arm."""
     install_project(session)
     session.run("pytest", "-n", "2", "tests", "-m", "not cluster", *session.posargs)
     fail = [f"--claims-compare-fail={t}" for t in CI_TOLERANCES]
     for scale in ("ci", "paper-tiny"):
         session.run("pytest", "-n", "2", "-p", "no:cacheprovider", "suite", "--scale", scale, "--claims-storage",
-                    scale_outputs(scale)[1], "--claims-compare", scale, *fail, *session.posargs)
+                    scale_outputs(scale)[1], "--claims-compare", scale, *fail, *session.posargs,
+                    env={"OPSFT_SCORING_CROSS_CHECK": "1"})
 
 
 # The reference scale: the `small` student in the papers' regime. Its tables are results/; every other scale

@@ -24,9 +24,9 @@ import torch
 from ablations.calibration import GRID, GROUPS, SCALES
 from opsft.config import ObjectiveConfig, OptimConfig, RunConfig, SourceConfig
 from opsft.diagnostics.streaming import bf16_sparsity, update_cosines
+from opsft.evals.organism_scores import check_against_in_house, cross_check_requested, lm_eval_scored
 from opsft.io import atomic_write_json, atomic_write_text
 from opsft.organism import tasks
-from opsft.organism.accuracy import correctness
 from opsft.pretraining import build_organism
 from opsft.provenance import provenance
 from opsft.runs import run
@@ -85,17 +85,25 @@ def scoring_draw(scale: dict) -> dict:
                for family in HELD_OUT}}
 
 
+def draw_problems(draw: dict) -> list[tasks.Problem]:
+    """The problems of one set of ``scoring_draw``, in its order."""
+    return tasks.generate(draw["family"], draw["split"], draw.get("n", draw.get("n_at_most")), draw["seed"],
+                          at_most="n_at_most" in draw)
+
+
 def score_problems(model: torch.nn.Module, tokenizer, scale: dict) -> dict[str, torch.Tensor]:
-    """Greedy 0/1 correctness per problem of each set of ``scoring_draw(scale)`` (in the draw's order), at the
-    cached computations' pinned thread count (``opsft.threads``), so a row does not depend on who scored it."""
+    """Greedy 0/1 correctness per problem of each set of ``scoring_draw(scale)`` (in the draw's order), scored
+    through lm-eval (``opsft.evals.organism_scores``, the scorer of record), at the cached computations' pinned
+    thread count (``opsft.threads``), so a row does not depend on who scored it. When $OPSFT_SCORING_CROSS_CHECK
+    asks for it, the in-house greedy scorer scores the sets too and a RuntimeError lists every problem on which
+    the two differ."""
     model = model.float()
-    out = {}
+    sets = {key: draw_problems(draw) for key, draw in scoring_draw(scale).items()}
     with pinned_threads():
-        for key, draw in scoring_draw(scale).items():
-            problems = tasks.generate(draw["family"], draw["split"], draw.get("n", draw.get("n_at_most")),
-                                      draw["seed"], at_most="n_at_most" in draw)
-            out[key] = correctness(model, tokenizer, problems)[:, 0]
-    return out
+        scored = lm_eval_scored(model, tokenizer, sets)
+        if cross_check_requested():
+            check_against_in_house(model, tokenizer, sets, scored)
+    return {key: torch.tensor(s.correct, dtype=torch.float32) for key, s in scored.items()}
 
 
 def score(model: torch.nn.Module, tokenizer, scale: dict) -> dict[str, float]:

@@ -13,7 +13,8 @@ count of every cached computation (1):
   attention of the forward and backward and of the rollout), and the fp32 GEMM rate of this core on the model's
   own shapes (the best of ``torch.mm`` at the step's token count against each weight shape): their ratio is the
   step's floor, the time of its matmuls alone at the best rate this core reaches on them;
-- greedy scoring of 1000 held-out arith problems with the claims' scorer (``accuracy.correctness``).
+- greedy scoring of 1000 held-out arith problems with the claims' scorer of record (lm-eval:
+  ``evals.organism_scores.lm_eval_scored``).
 
 A whole run is projected as steps x the median step (the real runs add snapshots, checkpoints and metrics).
 
@@ -33,9 +34,9 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from ablations.calibration import LONG_SFT, SCALES
 from opsft.calibrate import TEST_DRAW_SEED, method_config, row_steps
+from opsft.evals.organism_scores import lm_eval_scored
 from opsft.io import update_markdown_section
 from opsft.organism import tasks
-from opsft.organism.accuracy import correctness
 from opsft.organism.models import build_model
 from opsft.organism.tokenizer import build_tokenizer
 from opsft.provenance import provenance
@@ -107,7 +108,7 @@ def measure_scoring(tokenizer) -> float:
     early: the worst case)."""
     model = build_model(ORGANISM, seed=0, fused=True).eval()
     problems = tasks.generate("arith", "test", SCORED, TEST_DRAW_SEED)
-    return _seconds(lambda: correctness(model, tokenizer, problems))
+    return _seconds(lambda: lm_eval_scored(model, tokenizer, {"in_domain": problems}))
 
 
 def render(steps: dict, rate: float, scoring: float, prov: dict) -> str:
@@ -133,8 +134,8 @@ def render(steps: dict, rate: float, scoring: float, prov: dict) -> str:
             f"{reached:.0f} | {100 * reached / rate:.0f}% | {m['run_steps'] * m['step']:.0f} | "
             f"{m['run_steps'] * m['flops'] / rate / 1e9:.0f} | {TARGETS.get(method, '-')} | "
             f"{RECORDED.get(method, '-')} |")
-    lines += ["", f"Greedy scoring of {SCORED} held-out arith problems (random init, 1 thread): {scoring:.1f} s "
-              f"(target {TARGETS['scoring']:.0f} s)."]
+    lines += ["", f"Greedy scoring of {SCORED} held-out arith problems through lm-eval (random init, 1 thread): "
+              f"{scoring:.1f} s (target {TARGETS['scoring']:.0f} s)."]
     return "\n".join(lines)
 
 

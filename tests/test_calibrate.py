@@ -86,12 +86,17 @@ def test_scoring_runs_at_the_pinned_thread_count_whatever_the_caller_set(monkeyp
     import torch
 
     import opsft.calibrate as calibrate_module
+    from opsft.evals.organism_scores import Scored
     from opsft.organism.tokenizer import build_tokenizer
     from opsft.threads import CACHED_THREADS
 
     seen = []
-    monkeypatch.setattr(calibrate_module, "correctness",
-                        lambda *a: seen.append(torch.get_num_threads()) or torch.tensor([[1.0], [0.0]]))
+
+    def scored(model, tokenizer, sets):
+        seen.append(torch.get_num_threads())
+        return {key: Scored(correct=(1, 0), completions=("", "")) for key in sets}
+
+    monkeypatch.setattr(calibrate_module, "lm_eval_scored", scored)
     before = torch.get_num_threads()
     torch.set_num_threads(CACHED_THREADS + 1)
     try:
@@ -99,7 +104,7 @@ def test_scoring_runs_at_the_pinned_thread_count_whatever_the_caller_set(monkeyp
         assert torch.get_num_threads() == CACHED_THREADS + 1, "the caller's count is restored"
     finally:
         torch.set_num_threads(before)
-    assert seen == [CACHED_THREADS] * 5
+    assert seen == [CACHED_THREADS], "every set in one lm-eval run"
     assert out["in_domain"] == 50.0 and out["held_out_mean"] == 50.0
 
 

@@ -3,7 +3,13 @@
 import pytest
 
 from opsft.evals.generation import Sampling, generate
-from opsft.evals.lm_eval_adapter import LocalTask, dataset_cached, generation_kwargs, write_local_tasks
+from opsft.evals.lm_eval_adapter import (
+    LocalTask,
+    dataset_cached,
+    generation_kwargs,
+    logged_samples,
+    write_local_tasks,
+)
 from opsft.organism.models import build_model
 from opsft.organism.tokenizer import build_tokenizer
 
@@ -60,6 +66,13 @@ def test_bad_rows_and_templates_are_named(tmp_path):
                           tmp_path, Sampling())
     with pytest.raises(ValueError, match="unknown template"):
         write_local_tasks([LocalTask("t", "nope", ())], tmp_path, Sampling())
+
+
+def test_logged_samples_come_in_document_order_and_must_cover_every_document():
+    out = {"samples": {"t": [{"doc_id": 1, "acc": 0.0}, {"doc_id": 0, "acc": 1.0}]}}
+    assert [s["acc"] for s in logged_samples(out, "t", 2)] == [1.0, 0.0]
+    with pytest.raises(RuntimeError, match="2 samples for the 3 documents of t"):
+        logged_samples(out, "t", 3)
 
 
 def test_generation_settings_map_to_lm_eval_kwargs():

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from opsft.evals.math import are_correct, extract_boxed, maj_at_k, pass_at_k
+from opsft.organism.tasks import answer_is_correct
 
 
 def keep_all_samples(resps: Sequence[Sequence[str]], docs: Sequence[dict]) -> list[list[str]]:
@@ -39,5 +40,7 @@ def process_math_verify(doc: dict, results: Sequence) -> dict[str, float]:
 
 
 def process_exact_match(doc: dict, results: Sequence) -> dict[str, float]:
-    """Correct when the completion's last ``\\boxed{}`` content equals the gold string exactly."""
-    return _process(doc, results, lambda comps, gold: [extract_boxed(c) == gold for c in comps])
+    """Correct when the completion's last ``\\boxed{}`` content equals the gold string exactly: the organism's
+    own verifier (``opsft.organism.tasks.answer_is_correct``), so lm-eval and the organism's rewards give one
+    answer one verdict."""
+    return _process(doc, results, lambda comps, gold: [answer_is_correct(c, gold) for c in comps])

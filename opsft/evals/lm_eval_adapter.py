@@ -47,11 +47,12 @@ class LocalTask:
 
 
 def write_local_tasks(tasks: Sequence[LocalTask], folder: str | Path, sampling: Sampling,
-                      until: Sequence[str] = ("\n",)) -> Path:
+                      until: Sequence[str] = ()) -> Path:
     """Write each task's rows as ``NAME.jsonl`` and its YAML as ``NAME.yaml`` into ``folder``; returns it.
 
     Generation tasks draw ``sampling.k`` repeats with its temperature / top-p / max_new_tokens, each stopping at
-    the first of ``until`` (the organism's one-line answers: a newline) or at the end-of-text token.
+    the end-of-text token or at the first of ``until`` (none by default: the organism's sampler, whose
+    completions the organism is trained and rewarded on, stops only at the end-of-text token).
     """
     folder = Path(folder).resolve()
     templates = evals_root() / "lm_eval_tasks"
@@ -76,7 +77,7 @@ def write_local_tasks(tasks: Sequence[LocalTask], folder: str | Path, sampling: 
     return folder
 
 
-def generation_kwargs(sampling: Sampling, until: Sequence[str] = ("\n",)) -> dict[str, Any]:
+def generation_kwargs(sampling: Sampling, until: Sequence[str] = ()) -> dict[str, Any]:
     """lm-eval ``generation_kwargs`` of a sampling setting (greedy when temperature is 0), stopping at ``until``
     (lm-eval adds the end-of-text token)."""
     kwargs: dict[str, Any] = {"until": list(until), "max_gen_toks": sampling.max_new_tokens}
@@ -91,8 +92,22 @@ def run_lm_eval(model: Any, tokenizer: Any, tasks: Sequence[str], **kwargs: Any)
     ``interval`` is the 95% half-width 1.96 * stderr that lm-eval reports (0 when it reports none); ``kwargs``
     are those of :func:`lm_eval_output`.
     """
-    out = lm_eval_output(model, tokenizer, tasks, **kwargs)
+    return output_rows(lm_eval_output(model, tokenizer, tasks, **kwargs))
+
+
+def output_rows(out: Mapping[str, Any]) -> list[Row]:
+    """Tidy rows (``results_rows``) of a dict ``lm_eval.simple_evaluate`` returned."""
     return results_rows(out["results"], out.get("n-samples", {}), out.get("configs", {}))
+
+
+def logged_samples(out: Mapping[str, Any], task: str, n: int) -> list[dict[str, Any]]:
+    """The logged samples (``lm_eval_output(..., log_samples=True)``) of ``task``, one a document in document
+    order, each with its per-document metrics by name; a RuntimeError naming the task unless they are exactly
+    documents 0 .. n - 1."""
+    samples = sorted(out["samples"][task], key=lambda s: s["doc_id"])
+    if [s["doc_id"] for s in samples] != list(range(n)):
+        raise RuntimeError(f"lm-eval logged {len(samples)} samples for the {n} documents of {task}")
+    return samples
 
 
 def lm_eval_output(

@@ -8,17 +8,15 @@ from opsft.evals.evalplus_adapter import Problem as CodeProblem
 from opsft.evals.lm_eval_adapter import LocalTask, Template
 from opsft.organism import tasks
 
-# Held-out families scored by exact string match of the boxed answer (the format itself is the skill).
-EXACT_MATCH_FAMILIES: frozenset[str] = frozenset({"format"})
 # Extra inputs of the evalplus "plus" tests, beyond each problem's own tests.
 PLUS_INPUTS: tuple[int, ...] = tuple(range(-25, 26))
 
 
 def template_of(problem: tasks.Problem) -> Template:
-    """Which lm-eval template scores a family: multiple choice, exact match, or math-verify."""
-    if problem.choices:
-        return "multiple_choice"
-    return "exact_match" if problem.family in EXACT_MATCH_FAMILIES else "math_verify"
+    """Which lm-eval template scores a family: multiple choice by log-likelihood, every generated answer by the
+    organism's own verifier (``exact_match``: ``tasks.answer_is_correct``, as its rewards and its in-house
+    scorer judge it)."""
+    return "multiple_choice" if problem.choices else "exact_match"
 
 
 def local_task(family: str, problems: Sequence[tasks.Problem]) -> LocalTask:

@@ -24,7 +24,7 @@ from typing import Any
 from opsft.evals.benchmarks import BenchmarkItem, MathProtocol, benchmark_prompt, load_math_benchmark
 from opsft.evals.evalplus_adapter import check_solutions, load_mbpp_plus
 from opsft.evals.generation import Sampling, generate
-from opsft.evals.lm_eval_adapter import LocalTask, lm_eval_output, write_local_tasks
+from opsft.evals.lm_eval_adapter import LocalTask, lm_eval_output, logged_samples, write_local_tasks
 from opsft.sources import Example
 
 CODE_BENCHMARKS: tuple[str, ...] = ("mbpp_plus",)
@@ -51,13 +51,8 @@ def math_problem_scores(model: Any, tokenizer: Any, names: Sequence[str], protoc
         write_local_tasks(tasks, tmp, sampling, until=())
         out = lm_eval_output(model, tokenizer, [t.name for t in tasks], include_path=tmp, batch_size=sampling.batch_size,
                              seed=sampling.seed, log_samples=True)
-    scores = {}
-    for name, task in zip(names, tasks, strict=True):
-        samples = sorted(out["samples"][task.name], key=lambda s: s["doc_id"])
-        if len(samples) != len(task.rows):
-            raise RuntimeError(f"lm-eval scored {len(samples)} of {len(task.rows)} problems of {task.name}")
-        scores[name] = [float(s["avg_at_k"]) for s in samples]
-    return scores
+    return {name: [float(s["avg_at_k"]) for s in logged_samples(out, task.name, len(task.rows))]
+            for name, task in zip(names, tasks, strict=True)}
 
 
 def mbpp_program(prompt: str, completion: str, entry_point: str) -> str:

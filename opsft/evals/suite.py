@@ -25,7 +25,13 @@ from opsft.evals.behaviour import behaviour
 from opsft.evals.benchmarks import MathProtocol, benchmark_mean, score_math_benchmarks
 from opsft.evals.evalplus_adapter import check_solutions, read_evalplus_jsonl, write_evalplus_jsonl
 from opsft.evals.generation import Sampling, generate
-from opsft.evals.lm_eval_adapter import run_lm_eval, run_real_tasks, write_local_tasks
+from opsft.evals.lm_eval_adapter import (
+    LocalTask,
+    lm_eval_output,
+    output_rows,
+    run_real_tasks,
+    write_local_tasks,
+)
 from opsft.evals.math import mean_ci95, mean_pass_at_k, score_completions
 from opsft.organism import tasks
 
@@ -97,8 +103,10 @@ def math_family_rows(model: Any, tokenizer: Any, family: str, suite: Suite) -> l
     ]
 
 
-def code_family_rows(model: Any, tokenizer: Any, family: str, suite: Suite, folder: Path) -> list[Row]:
-    """evalplus base / base+plus pass rates (mean over all samples) and base+plus pass@k of the code family."""
+def code_family_verdicts(model: Any, tokenizer: Any, family: str, suite: Suite,
+                         folder: Path) -> tuple[list[list[bool]], list[list[bool]]]:
+    """Whether each sample of each test problem of the code family passes evalplus's base tests, and the base
+    and extra "plus" tests: two (problems x k) matrices in the draw's order, the dataset written into ``folder``."""
     problems = family_test_problems(family, suite.n, suite.seed)
     path = write_evalplus_jsonl(organism.code_problems(problems), folder / f"{family}.jsonl")
     dataset = read_evalplus_jsonl(path, dataset=family)
@@ -109,7 +117,14 @@ def code_family_rows(model: Any, tokenizer: Any, family: str, suite: Suite, fold
     verdicts = dict(zip(unique, check_solutions(dataset, unique, dataset=family, workers=suite.workers), strict=True))
     base = [[verdicts[(task_ids[i], problems[i].prompt + c)].base_ok for c in g] for i, g in enumerate(completions)]
     plus = [[verdicts[(task_ids[i], problems[i].prompt + c)].plus_ok for c in g] for i, g in enumerate(completions)]
-    n, k = len(problems), suite.sampling.k
+    return base, plus
+
+
+def code_family_rows(model: Any, tokenizer: Any, family: str, suite: Suite, folder: Path) -> list[Row]:
+    """evalplus base / base+plus pass rates (mean over all samples) and base+plus pass@k of the code family
+    (``code_family_verdicts``)."""
+    base, plus = code_family_verdicts(model, tokenizer, family, suite, folder)
+    n, k = len(base), suite.sampling.k
     return [
         row(family, "base_avg_at_k", _mean(base), mean_ci95([sum(r) / k for r in base]), n, k),
         row(family, "plus_avg_at_k", _mean(plus), mean_ci95([sum(r) / k for r in plus]), n, k),
@@ -122,11 +137,19 @@ def _mean(matrix: Sequence[Sequence[bool]]) -> float:
     return sum(sum(r) for r in matrix) / sum(len(r) for r in matrix)
 
 
-def held_out_rows(model: Any, tokenizer: Any, suite: Suite, folder: Path) -> list[Row]:
-    """The held-out families as lm-eval tasks ``organism_FAMILY`` (rendered into ``folder``)."""
+def held_out_output(model: Any, tokenizer: Any, suite: Suite, folder: Path,
+                    log_samples: bool = False) -> tuple[list[LocalTask], dict[str, Any]]:
+    """The held-out families as lm-eval tasks ``organism_FAMILY`` (rendered into ``folder``) and the dict lm-eval
+    returns for them (with each document's metrics under ``samples`` when ``log_samples``)."""
     local = [organism.local_task(f, family_test_problems(f, suite.n, suite.seed)) for f in suite.held_out]
     write_local_tasks(local, folder, suite.sampling)
-    return run_lm_eval(model, tokenizer, [t.name for t in local], include_path=folder, batch_size=256, seed=suite.seed)
+    return local, lm_eval_output(model, tokenizer, [t.name for t in local], include_path=folder, batch_size=256,
+                                 seed=suite.seed, log_samples=log_samples)
+
+
+def held_out_rows(model: Any, tokenizer: Any, suite: Suite, folder: Path) -> list[Row]:
+    """The held-out families' rows (``held_out_output``)."""
+    return output_rows(held_out_output(model, tokenizer, suite, folder)[1])
 
 
 def benchmark_rows(model: Any, tokenizer: Any, protocol: MathProtocol, max_new_tokens: int) -> list[Row]:

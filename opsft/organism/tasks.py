@@ -298,10 +298,23 @@ def _is_const(node: ast.AST, value: int) -> bool:
     return isinstance(node, ast.Constant) and node.value == value
 
 
+def answer_is_correct(completion: str, gold: str) -> bool:
+    """Whether a completion's last ``\\boxed{}`` holds exactly the gold string (surrounding spaces aside): the
+    organism's one rule for an answer, in its rewards and in every score of its math families (the lm-eval
+    tasks' ``process_results`` call it too, ``evals/lm_eval_tasks/utils.py``).
+
+    Every gold is canonical (``str(int)``: no sign on a positive, no leading zero, no ``-0``) and every solution
+    the organism learns from writes it so; another spelling of the number (``03``, ``+3``, ``3.0``, ``-0``) or an
+    expression for it (``1+2``, ``x=3``) is an answer the organism's language does not write, and counts as
+    wrong, as the ``format`` family's exact match always did. (math-verify would accept them; it stays the
+    verifier of the real benchmarks, whose golds are free-form LaTeX.)"""
+    return boxed_answer(completion) == gold
+
+
 def is_correct(problem: Problem, completion: str) -> bool:
-    """Whether a completion solves the problem: the boxed answer equals the gold answer (math families),
-    or the function passes every test (``code``)."""
+    """Whether a completion solves the problem: its boxed answer is the gold answer (``answer_is_correct``,
+    math families), or the function passes every test (``code``)."""
     if problem.family == "code":
         outputs = run_code(problem.prompt, completion, tuple(x for x, _ in problem.tests))
         return outputs == [y for _, y in problem.tests]
-    return boxed_answer(completion) == problem.answer
+    return answer_is_correct(completion, problem.answer)

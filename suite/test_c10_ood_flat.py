@@ -8,16 +8,15 @@ tasks; each runs through lm-eval as a local task. The models are C02's: the base
 GRPO runs, and OPSFT with v from GRPO at half its steps. Training-set and in-domain accuracy stand beside.
 
 A family the base scores at its floor or ceiling (``FLOOR`` / ``CEILING``) cannot show a move in one direction,
-so version 2 decides on ``ood_informative``, the mean over the other families; the base records each family it
-leaves out as ``left_out_<family>`` = 1.
+so version 2 decides on ``ood_informative``, the mean over the other families (each family once, as
+``ood_mean``: ``family_mean``); the base records each family it leaves out as ``left_out_<family>`` = 1.
 """
-
-import statistics
 
 import pytest
 
 from opsft.claims.arms import baseline, opsft_recipe
 from opsft.claims.measure import accuracies, ood_accuracies
+from opsft.claims.scored import family_mean
 from opsft.organism import tasks
 from opsft.pretraining import build_organism
 
@@ -42,7 +41,7 @@ def test_claim_ood_flat(claim, seed):
     informative = [f for f in tasks.HELD_OUT if FLOOR < ood["base"][f] < CEILING]
     left_out = {f"left_out_{f}": 1.0 for f in tasks.HELD_OUT if f not in informative}
     for arm, model in models.items():
-        mean = statistics.fmean(ood[arm][f] for f in informative) if informative else float("nan")
+        mean = family_mean([ood[arm][f] for f in informative]) if informative else float("nan")
         measured = claim.record(arm, seed, **ood[arm], ood_informative=mean,
                                 **accuracies(model, org.tokenizer, claim.scale), **(left_out if arm == "base" else {}))
         assert all(0 <= v <= 100 for k, v in measured.items() if k != "ood_informative"), f"{arm}: {measured}"

@@ -11,7 +11,9 @@ accuracy minus the front's at its own training-set accuracy; ``gap`` the plain d
 at its end, and ``equal_steps_gap`` the difference with that run at the arm's own step count (where SFT trains
 longer than GRPO, as at ``regime``, its snapshot there; NaN if it has none).
 Including step 0 lets an SFT stopped before it starts count: where SFT only loses accuracy, the front is the
-base and the matched gap is the gain over the base.
+base and the matched gap is the gain over the base. The front at an arm's fit is a mix of at most two checkpoints'
+held-out accuracies (``frontier_mix``), so ``sft_frontier``, ``matched_gap`` and ``gap`` are formed problem by
+problem too (``combine``).
 """
 
 import math
@@ -20,13 +22,14 @@ import pytest
 
 from ablations.claims import claims_row
 from opsft.claims.arms import baseline, grid_rows, opsft_recipe, row_label
-from opsft.claims.fit import frontier_at, matched_gap
+from opsft.claims.fit import scored_frontier
 from opsft.claims.measure import accuracies
+from opsft.claims.scored import Accuracy, combine
 from opsft.pretraining import build_organism
 
 
-def fit_point(model, tokenizer, scale) -> tuple[float, float]:
-    """(training-set accuracy, held-out in-domain accuracy) of a model, in %."""
+def fit_point(model, tokenizer, scale) -> tuple[Accuracy, Accuracy]:
+    """(training-set accuracy, held-out in-domain accuracy) of a model, in %, with their per-problem scores."""
     acc = accuracies(model, tokenizer, scale)
     return acc["train_set"], acc["in_domain"]
 
@@ -65,9 +68,11 @@ def test_claim_matched_fit(claim, seed):
     for arm, (cfg, label) in compared.items():
         train_set, in_domain = fit_point(claim.run(cfg).load_model(), org.tokenizer, claim.scale)
         sft_curve = curves[label]
-        sft_at_steps = sft_curve.get(cfg.steps, (math.nan, math.nan))[1]
-        measured = claim.record(arm, seed, matched_gap=matched_gap((train_set, in_domain), frontier),
-                                sft_frontier=frontier_at(frontier, train_set),
-                                gap=in_domain - sft_curve[max(sft_curve)][1],
-                                equal_steps_gap=in_domain - sft_at_steps, train_set=train_set, in_domain=in_domain)
+        sft_frontier = scored_frontier(frontier, train_set)
+        equal_steps_gap = (combine([(1.0, in_domain), (-1.0, sft_curve[cfg.steps][1])]) if cfg.steps in sft_curve
+                           else math.nan)
+        measured = claim.record(arm, seed, matched_gap=combine([(1.0, in_domain), (-1.0, sft_frontier)]),
+                                sft_frontier=sft_frontier,
+                                gap=combine([(1.0, in_domain), (-1.0, sft_curve[max(sft_curve)][1])]),
+                                equal_steps_gap=equal_steps_gap, train_set=train_set, in_domain=in_domain)
         assert abs(measured["matched_gap"]) <= 100 and 0 <= measured["sft_frontier"] <= 100

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import statistics
+import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -16,14 +17,15 @@ from transformers import PreTrainedTokenizerBase
 from ablations.claims import is_recipe_scale
 from opsft.calibrate import HELD_OUT, score_problems
 from opsft.checkpoints import iter_tensors
-from opsft.claims.scored import Accuracy
+from opsft.claims.scored import Accuracy, family_mean
 from opsft.diagnostics import endpoint_summary, trajectory_summary, update_cosines, update_locations
 from opsft.directions import Direction
 from opsft.evals.generation import Sampling
-from opsft.evals.suite import SUITES, Suite, evaluate
+from opsft.evals.lm_eval_adapter import logged_samples, output_rows
+from opsft.evals.suite import SUITES, Suite, code_family_verdicts, evaluate, held_out_output
 from opsft.io import file_sha256
 from opsft.organism import tasks
-from opsft.organism.accuracy import MAX_NEW_TOKENS, accuracy
+from opsft.organism.accuracy import MAX_NEW_TOKENS, correctness
 from opsft.runs import RunResult
 
 ACCURACIES = ("in_domain", "train_set", "held_out_mean")
@@ -52,19 +54,29 @@ def endpoint_metrics(result: RunResult) -> dict[str, float]:
     }
 
 
+def flags_accuracy(flags: torch.Tensor) -> Accuracy:
+    """Accuracy (%) of a 0/1 vector of per-problem verdicts, carrying them (0 or 100 each)."""
+    return Accuracy(100 * flags.mean().item(), (100 * flags).tolist())
+
+
+def per_problem_mean(scores: Sequence[float]) -> Accuracy:
+    """Accuracy (%) of per-problem scores in [0, 1] (a pass, or a problem's avg@k), carrying them in %."""
+    percent = [100 * x for x in scores]
+    return Accuracy(statistics.fmean(percent), percent)
+
+
 def accuracies(model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase,
                scale: Mapping[str, Any]) -> dict[str, float]:
     """Greedy accuracy (%) on held-out in-domain problems, on the training set (X06: matched fit) and the
-    mean over held-out abilities, as the calibration scores them (``opsft.calibrate.score_problems``). The
-    first two are ``Accuracy`` values carrying their per-problem scores (every arm is scored on the same
-    recorded draw, so claims pair arms problem by problem); ``held_out_mean`` is a plain mean of families.
+    mean over held-out abilities, as the calibration scores them (``opsft.calibrate.score_problems``), each an
+    ``Accuracy`` carrying its per-problem scores (every arm is scored on the same recorded draw, so claims pair
+    arms problem by problem); ``held_out_mean``, the unweighted mean of the families, is their ``family_mean``.
     At a recipe scale, the same three from the real benchmarks (``recipe_accuracies``)."""
     if is_recipe_scale(dict(scale)):
         return recipe_accuracies(model, tokenizer, scale)
     flags = score_problems(model, tokenizer, dict(scale))
-    out: dict[str, float] = {key: Accuracy(100 * flags[key].mean().item(), (100 * flags[key]).tolist())
-                             for key in ACCURACIES[:2]}
-    out["held_out_mean"] = statistics.fmean(100 * flags[f].mean().item() for f in HELD_OUT)
+    out: dict[str, float] = {key: flags_accuracy(flags[key]) for key in ACCURACIES[:2]}
+    out["held_out_mean"] = family_mean([flags_accuracy(flags[f]) for f in HELD_OUT])
     return out
 
 
@@ -74,7 +86,7 @@ def recipe_accuracies(model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase
     (the papers' headline, the mean of the benchmarks' avg@k, when they hold as many problems each);
     ``train_set``, greedy accuracy on the first ``eval.train_problems`` rows of the SFT run's data; and
     ``held_out_mean``, the share of the code benchmarks' problems whose greedy program passes every test.
-    The first two carry their per-problem scores; a quantity the recipe does not ask for is left out."""
+    Each carries its per-problem scores; a quantity the recipe does not ask for is left out."""
     from opsft.claims.arms import scale_recipe
     from opsft.data.real import load_examples
     from opsft.evals.paper import code_problem_scores, math_problem_scores, train_problem_scores
@@ -87,15 +99,15 @@ def recipe_accuracies(model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase
                         max_new_tokens=settings.max_new_tokens)
     math_scores = math_problem_scores(model, tokenizer, settings.benchmarks, settings.protocol(), sampling,
                                       settings.limit)
-    in_domain = [100 * x for name in settings.benchmarks for x in math_scores[name]]
-    out: dict[str, float] = {"in_domain": Accuracy(statistics.fmean(in_domain), in_domain)}
+    out: dict[str, float] = {"in_domain": per_problem_mean([x for name in settings.benchmarks
+                                                            for x in math_scores[name]])}
     if settings.train_problems:
         examples = load_examples(recipe.runs["sft"].source.dataset_path, limit=settings.train_problems)
-        train = [100 * x for x in train_problem_scores(model, tokenizer, examples, recipe.runs["sft"].source.max_new_tokens)]
-        out["train_set"] = Accuracy(statistics.fmean(train), train)
+        out["train_set"] = per_problem_mean(train_problem_scores(model, tokenizer, examples,
+                                                                 recipe.runs["sft"].source.max_new_tokens))
     if settings.code:
-        out["held_out_mean"] = 100 * statistics.fmean(code_problem_scores(model, tokenizer, settings.max_new_tokens,
-                                                                          settings.limit))
+        out["held_out_mean"] = per_problem_mean(code_problem_scores(model, tokenizer, settings.max_new_tokens,
+                                                                    settings.limit))
     return out
 
 
@@ -287,15 +299,25 @@ def ood_accuracies(model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase,
                    scale: Mapping[str, Any]) -> dict[str, float]:
     """OPSFT Table 1 on the organism (claim C10): accuracy (%) on each held-out ability family
     (``tasks.HELD_OUT``: six families, as Table 1 has six tasks) through lm-eval, generation tasks greedy (one
-    sample: math-verify, or exact match for ``format``), multiple choice by log-likelihood (``acc``); and
-    ``ood_mean``, their unweighted mean (Table 1's "Mean")."""
-    frame = evaluate(model.float(), tokenizer, _suite(scale, held_out=tasks.HELD_OUT))
-    out = {}
-    for family in tasks.HELD_OUT:
-        task = f"organism_{family}"
-        metric = "acc" if ((frame["task"] == task) & (frame["metric"] == "acc")).any() else "avg_at_k"
-        out[family] = 100 * frame_value(frame, task, metric)
-    out["ood_mean"] = statistics.fmean(out[f] for f in tasks.HELD_OUT)
+    sample, judged by the organism's verifier ``tasks.answer_is_correct``), multiple choice by log-likelihood
+    (``acc``); and
+    ``ood_mean``, their unweighted mean (Table 1's "Mean"). Each family is the ``Accuracy`` lm-eval reports,
+    carrying its per-document metric from lm-eval's logged samples (a RuntimeError naming the family when their
+    mean is not the reported accuracy); ``ood_mean`` is their ``family_mean``."""
+    with tempfile.TemporaryDirectory(prefix="opsft-ood-") as tmp:
+        local, output = held_out_output(model.float(), tokenizer, _suite(scale, held_out=tasks.HELD_OUT), Path(tmp),
+                                        log_samples=True)
+    frame = pd.DataFrame(output_rows(output))
+    out: dict[str, float] = {}
+    for family, task in zip(tasks.HELD_OUT, local, strict=True):
+        metric = "acc" if task.template == "multiple_choice" else "avg_at_k"
+        scores = [100 * float(s[metric]) for s in logged_samples(output, task.name, len(task.rows))]
+        try:
+            out[family] = Accuracy(100 * frame_value(frame, task.name, metric), scores)
+        except ValueError as error:
+            raise RuntimeError(f"{task.name}: lm-eval's {metric} is not the mean of its logged samples: {error}") \
+                from error
+    out["ood_mean"] = family_mean([out[f] for f in tasks.HELD_OUT])
     return out
 
 
@@ -304,12 +326,15 @@ def code_accuracies(model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase, 
     """The organism's code family (claim C11; its Eurus) scored through evalplus, greedy: ``in_domain``, the
     share (%) of held-out code problems whose program passes the base and the extra "plus" tests (the
     EvalPlus "+" score); ``base_tests``, the share passing the problems' own tests only; ``train_set``, greedy
-    accuracy (%) on the first ``n_train`` training problems (the organism's verifier; X06's fit)."""
-    frame = evaluate(model.float(), tokenizer, _suite(scale, code_family="code"))
+    accuracy (%) on the first ``n_train`` training problems (the organism's verifier; X06's fit). Each is an
+    ``Accuracy`` carrying its per-problem scores (a held-out problem's: its mean over the suite's samples)."""
+    with tempfile.TemporaryDirectory(prefix="opsft-code-") as tmp:
+        base, plus = code_family_verdicts(model.float(), tokenizer, "code", _suite(scale, code_family="code"),
+                                          Path(tmp))
     train = tasks.generate("code", "train", min(scale["eval_n"], n_train), 0, at_most=True)
-    return {"in_domain": 100 * frame_value(frame, "code", "plus_avg_at_k"),
-            "base_tests": 100 * frame_value(frame, "code", "base_avg_at_k"),
-            "train_set": 100 * accuracy(model, tokenizer, train)}
+    return {"in_domain": per_problem_mean([statistics.fmean(r) for r in plus]),
+            "base_tests": per_problem_mean([statistics.fmean(r) for r in base]),
+            "train_set": flags_accuracy(correctness(model, tokenizer, train)[:, 0])}
 
 
 def behaviour_curves(result: RunResult, tokenizer: PreTrainedTokenizerBase,

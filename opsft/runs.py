@@ -65,6 +65,11 @@ class RunResult:
             raise KeyError(f"run {self.config.digest()} has no snapshot at step {step}; it has {have}")
         return path
 
+    def weights_sha256(self, step: int | None = None) -> str:
+        """SHA-256 of the weights file of the snapshot at ``step`` (None = final): equal for two runs exactly when
+        their weights are bit-identical (rules v3 count such seeds once)."""
+        return file_sha256(self.snapshot(step) / "model.safetensors")
+
     def load_model(self, step: int | None = None) -> PreTrainedModel:
         """The model at ``step`` (None = final), in the run's precision."""
         model = initial_model(self.config, self.cache)

@@ -13,6 +13,8 @@ import pytest
 
 from opsft.claims.arms import baseline
 from opsft.claims.measure import direction_consistency
+from opsft.claims.movement import record_in_domain
+from opsft.runs import base_model, run_tokenizer
 
 
 def arms(scale_name, scale, seed):
@@ -23,9 +25,13 @@ def arms(scale_name, scale, seed):
 @pytest.mark.claim("C01")
 def test_claim_direction_consistency(claim, seed):
     """Consecutive interval cosine: SFT > 0.2, GRPO and OPD within 0.1 of 0; cosine of the first cumulative
-    update with the final one: SFT above GRPO and above OPD."""
-    for method, cfg in arms(claim.scale_name, claim.scale, seed).items():
-        result = claim.run(cfg)
+    update with the final one: SFT above GRPO and above OPD. Each arm's and the base's held-out accuracy stand
+    beside: "nearly orthogonal" says something only of an arm that moved (the rules-v3 guards)."""
+    configs = arms(claim.scale_name, claim.scale, seed)
+    results = {method: claim.run(cfg) for method, cfg in configs.items()}
+    record_in_domain(claim, seed, {"base": base_model(configs["sft"]), **{m: r.load_model() for m, r in results.items()}},
+                     run_tokenizer(configs["sft"]))
+    for method, result in results.items():
         measured = claim.record(method, seed, **direction_consistency(result))
         for name, value in measured.items():
             assert math.isnan(value) or -1 - 1e-9 <= value <= 1 + 1e-9, f"{method}: {name} = {value} is no cosine"

@@ -23,6 +23,7 @@ import pytest
 
 from opsft.claims.arms import baseline, on_family, opsft_recipe
 from opsft.claims.measure import accuracies
+from opsft.claims.movement import record_in_domain
 from opsft.compare import compare_checkpoints
 from opsft.pretraining import build_organism
 
@@ -43,6 +44,7 @@ def test_claim_cross_domain_masks(claim, seed):
     """Overlap and cosine of v from math-A, math-B and code; OPSFT accuracy on math-A with each v."""
     configs = arms(claim.scale_name, claim.scale, seed)
     org = build_organism(configs["own"].organism)
+    record_in_domain(claim, seed, {"base": org.base}, org.tokenizer)  # the start both OPSFT arms moved from
     sources = {arm: configs[f"grpo_{arm}"] for arm in FAMILIES}
     step = sources["own"].steps // 2
     snapshots = {arm: (claim.run(cfg).snapshot(0), claim.run(cfg).snapshot(step)) for arm, cfg in sources.items()}

@@ -18,7 +18,9 @@ import pytest
 
 from opsft.claims.arms import baseline, opsft_recipe
 from opsft.claims.measure import behaviour_curves, closer_to, relative_gap
+from opsft.claims.movement import record_in_domain
 from opsft.pretraining import build_organism
+from opsft.runs import base_model
 
 
 def arms(scale_name, scale, seed):
@@ -32,6 +34,8 @@ def test_claim_reasoning_behaviour(claim, seed):
     """OPSFT's length within 20% of SFT's and GRPO's; its accuracy std and cue rates nearer GRPO's than SFT's."""
     configs = arms(claim.scale_name, claim.scale, seed)
     tokenizer = build_organism(configs["sft"].organism).tokenizer
+    record_in_domain(claim, seed, {"base": base_model(configs["sft"]),
+                                   **{arm: claim.run(cfg).load_model() for arm, cfg in configs.items()}}, tokenizer)
     curves = {arm: behaviour_curves(claim.run(cfg), tokenizer, claim.scale) for arm, cfg in configs.items()}
     for arm, arm_curves in curves.items():
         claim.record(arm, seed, **{f"final_{name}": curve[-1] for name, curve in arm_curves.items()})

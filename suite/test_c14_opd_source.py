@@ -9,7 +9,8 @@ import pytest
 
 from opsft.claims.arms import baseline, opsft_recipe
 from opsft.claims.measure import accuracies
-from opsft.pretraining import build_organism
+from opsft.claims.movement import record_in_domain
+from opsft.runs import base_model, run_tokenizer
 
 
 def arms(scale_name, scale, seed):
@@ -20,9 +21,10 @@ def arms(scale_name, scale, seed):
 
 @pytest.mark.claim("C14")
 def test_claim_opd_source(claim, seed):
-    """Held-out in-domain accuracy of SFT, OPD, and OPSFT with OPD's v."""
+    """Held-out in-domain accuracy of SFT, OPD, and OPSFT with OPD's v, and of the base they start from."""
     configs = arms(claim.scale_name, claim.scale, seed)
-    org = build_organism(configs["sft"].organism)
+    tokenizer = run_tokenizer(configs["sft"])
+    record_in_domain(claim, seed, {"base": base_model(configs["sft"])}, tokenizer)
     for arm, cfg in configs.items():
-        measured = claim.record(arm, seed, **accuracies(claim.run(cfg).load_model(), org.tokenizer, claim.scale))
+        measured = claim.record(arm, seed, **accuracies(claim.run(cfg).load_model(), tokenizer, claim.scale))
         assert all(0 <= v <= 100 for v in measured.values()), f"{arm}: accuracy outside [0, 100]: {measured}"

@@ -16,6 +16,8 @@ import pytest
 
 from opsft.claims.arms import baseline
 from opsft.claims.measure import log_gap, stable_rank_curve
+from opsft.claims.movement import record_in_domain
+from opsft.runs import base_model, run_tokenizer
 
 VARIANTS = {
     "topkl_25": {"token_keep": 0.25, "token_select": "topkl"},
@@ -38,8 +40,12 @@ def arms(scale_name, scale, seed):
 @pytest.mark.claim("C20")
 def test_claim_lock_controls(claim, seed):
     """Token thinning and off-policy rollouts stay within the registered log-gap of OPD's stable-rank
-    trajectory; alpha = 0.01 departs from it further than alpha = 0.75."""
+    trajectory; alpha = 0.01 departs from it further than alpha = 0.75. Each variant's and the base's held-out
+    accuracy stand beside: a variant "keeps the trajectory" only if it moved (the rules-v3 guards)."""
     configs = arms(claim.scale_name, claim.scale, seed)
+    record_in_domain(claim, seed, {"base": base_model(configs["opd"]),
+                                   **{arm: claim.run(configs[arm]).load_model() for arm in VARIANTS}},
+                     run_tokenizer(configs["opd"]))
     reference = stable_rank_curve(claim.run(configs["opd"]))
     claim.record("opd", seed, stable_rank_last=reference[-1])
     for arm in VARIANTS:

@@ -1,14 +1,13 @@
-"""The claim-side measurements of C10-C13, C20 and X01-X04 against hand-computed and float64 references."""
+"""The claim-side measurements of C10-C13, C20 and X02-X04 against hand-computed and float64 references."""
 
 import math
 import statistics
+from types import SimpleNamespace
 
-import numpy as np
 import pytest
 import torch
 
-from opsft.claims.coverage import audit, effect_size, is_accuracy_claim
-from opsft.claims.fisher import gain_kept, mass_in_mask, sequences
+from opsft.claims.fisher import gain_kept, gradient_energy, heldout_source, mass_in_mask, sequences
 from opsft.claims.measure import (
     closer_to,
     frame_value,
@@ -19,9 +18,10 @@ from opsft.claims.measure import (
     speedup,
     steps_to_reach,
 )
-from opsft.claims.registry import get
-from opsft.claims.storage import save_run
+from opsft.config import ObjectiveConfig
 from opsft.directions import Direction
+from opsft.masks import top_fraction
+from opsft.sources import Example, RolloutSource, StaticSource
 
 
 def test_log_gap_is_the_mean_absolute_log_ratio_and_nan_for_non_positive_values():
@@ -79,39 +79,6 @@ def test_frame_value_names_the_missing_row():
         frame_value(frame, "code", "base_avg_at_k")
 
 
-def test_effect_size_is_cohens_dz_against_a_center():
-    values = [1.0, 2.0, 4.0]
-    x = np.asarray(values, dtype=np.float64)
-    assert effect_size(values) == pytest.approx(x.mean() / x.std(ddof=1), rel=1e-12)
-    assert effect_size(values, center=1.0) == pytest.approx((x.mean() - 1) / x.std(ddof=1), rel=1e-12)
-    assert math.isnan(effect_size([1.0])) and math.isnan(effect_size([0.0, 0.0]))
-    assert effect_size([3.0, 3.0]) == math.inf
-
-
-def test_accuracy_claims_are_those_decided_on_an_accuracy_metric():
-    assert is_accuracy_claim(get("C02")) and is_accuracy_claim(get("C10")) and is_accuracy_claim(get("C15"))
-    assert not is_accuracy_claim(get("C16")) and not is_accuracy_claim(get("X01"))
-
-
-def test_audit_reads_the_newest_record_of_each_accuracy_claim_at_the_scale(tmp_path):
-    def rows(seeds, gap):
-        return [{"arm": arm, "seed": s, "values": {"in_domain": value + s}}
-                for s in seeds for arm, value in (("opsft", 10.0 + gap * s), ("sft", 10.0))]
-
-    def claim_record(seeds, gap=1.0):
-        return {"verdict": "x", "rows": rows(seeds, gap), "seeds": list(seeds)}
-
-    save_run(tmp_path, "a", {"scale": "ci", "claims": {"C14": claim_record([0]), "C16": claim_record([0])}})
-    save_run(tmp_path, "b", {"scale": "full", "claims": {"C14": claim_record([0, 1, 2])}})
-    save_run(tmp_path, "c", {"scale": "ci", "claims": {"C02": claim_record([0, 1, 2])}})
-    coverage = {c.claim_id: c for c in audit(tmp_path, "ci")}
-    assert sorted(coverage) == ["C02", "C14"]  # C16 is not an accuracy claim; C14's full-scale record is not ci's
-    assert coverage["C14"].seeds == 1 and coverage["C02"].seeds == 3
-    first = coverage["C02"].rules[0]  # opsft - sft > 0: per seed 1.0 * s -> [0, 1, 2]
-    assert first.estimate.mean == pytest.approx(1.0) and first.effect_size == pytest.approx(1.0)
-    assert audit(tmp_path, "smoke") == []
-
-
 def test_sequences_strip_padding_and_label_only_completion_tokens():
     batch = {"input_ids": torch.tensor([[9, 9, 1, 2, 3, 4, 9], [1, 5, 6, 7, 8, 4, 9]]),
              "attention_mask": torch.tensor([[0, 0, 1, 1, 1, 1, 0], [1, 1, 1, 1, 1, 1, 0]]),
@@ -132,3 +99,67 @@ def test_mass_in_mask_and_gain_kept_closed_form():
         mass_in_mask(energy, {"a": mask["a"]})
     assert gain_kept(masked=14.0, full=20.0, base=10.0) == pytest.approx(0.4)
     assert math.isnan(gain_kept(masked=14.0, full=9.0, base=10.0))
+
+
+def test_heldout_mass_excess_can_fall_below_the_mask_share_closed_form():
+    fisher = {"a": torch.tensor([5.0, 4.0, 0.0, 0.0, 0.0]), "b": torch.tensor([[1.0, 0.5, 0.0, 0.0, 0.0]])}
+    mask = top_fraction(fisher, 0.2)  # k = 2 of 10 entries: a[0], a[1]
+    own, share = mass_in_mask(fisher, mask)  # energy shaped like the Fisher, as on the Fisher's own batches
+    heldout = {"a": torch.tensor([1.0, 0.0, 1.0, 1.0, 1.0]), "b": torch.tensor([[1.0, 1.0, 1.0, 1.0, 2.0]])}
+    mass, _ = mass_in_mask(heldout, mask)
+    assert share == pytest.approx(0.2) and own - share == pytest.approx(9 / 10.5 - 0.2)
+    assert mass == pytest.approx(1 / 10) and mass - share == pytest.approx(-0.1)
+
+
+class BiasLM(torch.nn.Module):
+    """logits_t = b at every position, so d log p(y_t) / d b = onehot(y_t) - softmax(b)."""
+
+    def __init__(self, bias: torch.Tensor) -> None:
+        super().__init__()
+        self.bias = torch.nn.Parameter(bias)
+
+    def forward(self, input_ids, **_):
+        return SimpleNamespace(logits=self.bias.expand(*input_ids.shape, -1))
+
+
+def test_gradient_energy_sums_squared_batch_gradients_closed_form():
+    model = BiasLM(torch.tensor([0.0, 1.0, -1.0], dtype=torch.float64))
+    p, e = torch.softmax(model.bias.detach(), 0), torch.eye(3, dtype=torch.float64)
+    ones = torch.ones(1, 3, dtype=torch.long)
+    batches = [{"input_ids": torch.tensor([[0, 1, 1]]), "attention_mask": ones, "mask": torch.tensor([[0.0, 1.0]])},
+               {"input_ids": torch.tensor([[0, 2, 0]]), "attention_mask": ones, "mask": torch.tensor([[1.0, 1.0]])}]
+    # SFT L_b = -mean of the trained tokens' log p: dL/db = p - e_1 (token 1), then p - (e_2 + e_0) / 2
+    expected = (p - e[1]) ** 2 + (p - (e[2] + e[0]) / 2) ** 2
+    energy = gradient_energy(model, ObjectiveConfig(name="sft"), batches)["bias"]
+    assert energy.dtype == torch.float32 and torch.allclose(energy.double(), expected, rtol=1e-6)
+    with pytest.raises(ValueError, match="no batch"):
+        gradient_energy(model, ObjectiveConfig(name="sft"), [])
+
+
+def rollout_source(prompts: list[str], prompts_per_step: int) -> RolloutSource:
+    """A GRPO rollout source over ``prompts`` (no sampler: only its prompt draws are used)."""
+    return RolloutSource([Example(p) for p in prompts], None, lambda key, text: 0.0, prompts_per_step=prompts_per_step,
+                         group_size=2, temperature=1.0, max_new_tokens=4, seed=0,
+                         objective=ObjectiveConfig(name="grpo"))
+
+
+def test_heldout_source_shares_no_prompt_with_the_fisher_batches():
+    prompts = [f"p{i}" for i in range(12)]
+    source = rollout_source([*prompts, prompts[0]], prompts_per_step=4)  # p0 twice: both copies are held out
+    fisher_prompts = {e.prompt for step in range(2) for e in source.prompts(step)}
+    assert "p0" in fisher_prompts  # (seed 0 draws it, so the twin case is exercised)
+    heldout = heldout_source(source, 2)
+    assert {e.prompt for e in heldout.examples} == set(prompts) - fisher_prompts
+    assert len(heldout.examples) == 13 - sum(e.prompt in fisher_prompts for e in source.examples)
+    drawn = [e.prompt for step in range(2, 4) for e in heldout.prompts(step)]
+    assert len(drawn) == 8 and not set(drawn) & fisher_prompts
+    assert len(source.examples) == 13  # the run's own source is untouched
+
+
+def test_heldout_source_shrinks_batches_and_rejects_an_exhausted_or_static_source():
+    small = heldout_source(rollout_source([f"p{i}" for i in range(5)], prompts_per_step=4), 1)
+    assert len(small.examples) == 1 and len(small.prompts(1)) == 1
+    with pytest.raises(ValueError, match="none is left"):
+        heldout_source(rollout_source([f"p{i}" for i in range(4)], prompts_per_step=4), 1)
+    with pytest.raises(TypeError, match="rollout"):
+        heldout_source(StaticSource([Example("p", "c")], None, batch_size=1, seed=0), 1)

@@ -1,32 +1,43 @@
 """The claims plugin end to end, through pytester: seeds from the scale, saved run files, results pages,
 --claims-strict, --claims-compare(-fail), marker checks and xdist collection. Nothing here trains."""
 
+import hashlib
 import json
 
 import pytest
 
 from ablations.calibration import GRID, SCALES
 from opsft.calibrate import method_config
+from opsft.claims.evaluate import CURRENT_VERSION
 from opsft.claims.recorder import ClaimRecorder
 from opsft.claims.registry import get
 from opsft.claims.session import PROPERTY
 
 pytest_plugins = ["pytester"]
 
-# C02 decided on recorded numbers: OPSFT = SFT + OFFSET; GRPO = OPSFT (so the closeness rule holds).
+# C02 decided on recorded numbers, each an accuracy on 200 problems right on its first ones: OPSFT = SFT + OFFSET;
+# GRPO = OPSFT (so the closeness rule holds); the base at 20, so that both arms moved (the v3 guards).
 CLAIM_TEST = """
 import pytest
 
+from opsft.claims.scored import Accuracy
+
 OFFSET = {offset}
+PROBLEMS = 200
 
 def arms(scale_name, scale, seed):
     return {{}}
 
+def accuracy(points):
+    right = round(points * PROBLEMS / 100)
+    return Accuracy(100 * right / PROBLEMS, [100.0] * right + [0.0] * (PROBLEMS - right))
+
 @pytest.mark.claim("C02")
 def test_claim_sign_beats_sft(claim, seed):
-    measured = claim.record("opsft", seed, in_domain=40 + OFFSET + seed)
-    claim.record("sft", seed, in_domain=40 + seed)
-    claim.record("grpo", seed, in_domain=40 + OFFSET + seed)
+    measured = claim.record("opsft", seed, in_domain=accuracy(40 + OFFSET + seed))
+    claim.record("sft", seed, in_domain=accuracy(40 + seed))
+    claim.record("grpo", seed, in_domain=accuracy(40 + OFFSET + seed))
+    claim.record("base", seed, in_domain=accuracy(20))
     assert measured == {{"in_domain": 40.0 + OFFSET + seed}}
 """
 
@@ -73,15 +84,15 @@ def test_save_writes_numbered_run_files_with_provenance_and_pages(suite):
     assert saved["scale"] == "full" and saved["number"] == 1
     assert {"commit", "dirty", "torch", "machine", "utc"} <= saved["provenance"].keys()
     c02 = saved["claims"]["C02"]
-    assert c02["verdict"] == "REPRODUCED" and c02["seeds"] == [0, 1, 2] and len(c02["rows"]) == 9
+    assert c02["verdict"] == "REPRODUCED" and c02["seeds"] == [0, 1, 2] and len(c02["rows"]) == 12
     page = (pytester.path / "res" / "claims" / "C02_sign_beats_sft.md").read_text()
     assert "INCONCLUSIVE" in page and "run `0002_base`" in page  # the newest (smoke, one seed) run
     assert "commit `c0ffee` (clean tree)" in page and "seeds: 0" in page and "arith test seed 1" in page
     readme = (pytester.path / "res" / "README.md").read_text()
     assert ("| C02 | [sign_beats_sft](claims/C02_sign_beats_sft.md) | OPSFT Fig 3, Table 1 | INCONCLUSIVE | "
-            "INCONCLUSIVE | smoke | 0002_base | c0ffee |") in readme
-    assert "| C01 | direction_consistency | OPSFT Fig 2 | not run | | | | |" in readme
-    assert "newest saved run that holds the claim" in readme
+            f"INCONCLUSIVE | INCONCLUSIVE (v{CURRENT_VERSION}) | smoke | 0002_base | c0ffee |") in readme
+    assert "| C01 | direction_consistency | OPSFT Fig 2 | not run | | | | | |" in readme
+    assert "the newest run saved in `store` that holds the claim" in readme
 
 
 def test_a_reference_scale_summary_comes_from_one_run_and_a_dirty_tree_cannot_save_it(suite, monkeypatch):
@@ -103,7 +114,7 @@ def test_a_claim_whose_test_fails_is_error_not_its_older_verdict(suite):
     failed = run(pytester, "--scale", "smoke", "--claims-save", "bad")
     failed.stdout.fnmatch_lines(["C02 sign_beats_sft: ERROR (rules v1: ERROR)"])
     readme = (pytester.path / "res" / "README.md").read_text()
-    assert "| ERROR | ERROR | smoke | 0002_bad |" in readme
+    assert f"| ERROR | ERROR | ERROR (v{CURRENT_VERSION}) | smoke | 0002_bad |" in readme
     assert json.loads((pytester.path / "store" / "0001_good.json").read_text())["claims"]["C02"]["verdict"] != "ERROR"
 
 
@@ -167,6 +178,9 @@ def test_recorder_notes_each_run_with_digest_and_wall_time(tmp_path):
     class Result:
         wall_time, folder = 1.5, tmp_path
 
+        def weights_sha256(self):
+            return "f" * 64
+
     config = method_config("sft", GRID[0], SCALES["smoke"], 0, "nano")
     props: list = []
     recorder = ClaimRecorder(get("C02"), "smoke", SCALES["smoke"], props, runner=lambda c: Result())
@@ -175,6 +189,11 @@ def test_recorder_notes_each_run_with_digest_and_wall_time(tmp_path):
     assert name == PROPERTY and entry["data"]["digest"] == config.digest() and entry["data"]["wall_time"] == 1.5
     with pytest.raises(ValueError, match="arm name 'a.b'"):
         recorder.record("a.b", 0, x=1)
+    recorder.record("opsft", 0, x=1)  # no declared arms: a quantity over every run the test loaded
+    assert props[-1][1]["data"]["weights"] == hashlib.sha256(("f" * 64).encode()).hexdigest()
+    bare = ClaimRecorder(get("C02"), "smoke", SCALES["smoke"], props)
+    bare.record("suite", 0, x=1)  # a test that loaded no run: its rows say so with an empty SHA-256
+    assert props[-1][1]["data"]["weights"] == ""
 
 
 def test_the_plugin_is_a_pytest11_entry_point_named_by_its_module():

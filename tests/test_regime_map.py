@@ -8,6 +8,7 @@ import pytest
 from ablations import regime_map as grid
 from opsft.claims import drift_law, map_report
 from opsft.claims.regime_map import Cell, cell_path, cell_runs, diverged_at, grid_cells, horizons, run_map
+from opsft.claims.scored import encode
 from opsft.config import OptimConfig
 
 
@@ -45,9 +46,14 @@ def test_lr_sum_and_the_law_on_closed_cases():
 
 
 def _record(cell: str, seed: int, opsft: float, diverged: dict | None = None) -> dict:
-    """A measured (cell, seed) with C02's keys at one horizon."""
-    rows = [{"arm": arm, "seed": seed, "horizon": 4, "values": {"in_domain": value}}
-            for arm, value in (("opsft", opsft), ("sft", 40.0 + seed), ("grpo", opsft))]
+    """A measured (cell, seed) with C02's keys at one horizon, each an accuracy on 200 problems right on its first
+    ones (the base at 10%, so that OPSFT and GRPO moved)."""
+    def row(arm, value):
+        right = round(2 * value)
+        return {"arm": arm, "seed": seed, "horizon": 4, "values": {"in_domain": value},
+                "problems": {"in_domain": encode([100.0] * right + [0.0] * (200 - right))}}
+
+    rows = [row(arm, value) for arm, value in (("opsft", opsft), ("sft", 40.0 + seed), ("grpo", opsft), ("base", 10.0))]
     return {"cell": cell, "seed": seed, "rows": rows, "diverged": diverged or {}}
 
 

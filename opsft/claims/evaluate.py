@@ -8,9 +8,19 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from opsft.claims.registry import RULE_VERSIONS, Claim, Rule
+from opsft.claims.registry import ACCURACY_METRICS, RULE_VERSIONS, SEED_FREE_ARMS, Claim, Rule
 from opsft.claims.scored import decode
-from opsft.claims.stats import Estimate, Verdict, combine, decide, t_interval, two_level_interval, verdict_of
+from opsft.claims.stats import (
+    Estimate,
+    Verdict,
+    combine,
+    decide,
+    distinct_seed_interval,
+    floored_interval,
+    t_interval,
+    two_level_interval,
+    verdict_of,
+)
 
 Row = Mapping  # {"arm": str, "seed": int, "values": {metric: float}, "problems": {metric: encoded scores}}
 CURRENT_VERSION = RULE_VERSIONS[-1]
@@ -18,22 +28,32 @@ CURRENT_VERSION = RULE_VERSIONS[-1]
 
 @dataclass(frozen=True)
 class RuleResult:
-    """One rule's verdict and the estimate of its statistic (None when no seed measured it)."""
+    """One rule's verdict and the estimate of its statistic (None when no seed measured it); ``note`` says why
+    a version-3 verdict is not the interval's own (a guard, merged seeds, missing per-problem scores), and
+    ``guards`` holds the guards' own results."""
 
     rule: Rule
     verdict: Verdict
     estimate: Estimate | None
+    note: str = ""
+    guards: tuple[RuleResult, ...] = ()
 
     def to_dict(self) -> dict:
-        """Plain JSON-able form, as saved in a claims run file."""
-        return {"rule": str(self.rule), "verdict": self.verdict.value,
-                "estimate": None if self.estimate is None else self.estimate.to_dict()}
+        """Plain JSON-able form, as saved in a claims run file (``note`` and ``guards`` only where present)."""
+        out = {"rule": str(self.rule), "verdict": self.verdict.value,
+               "estimate": None if self.estimate is None else self.estimate.to_dict()}
+        if self.note:
+            out["note"] = self.note
+        if self.guards:
+            out["guards"] = [g.to_dict() for g in self.guards]
+        return out
 
 
 @dataclass(frozen=True)
 class ClaimResult:
     """A claim's verdict under each rule version (``versions``: version -> (verdict, rule results)), and the
-    version-2 estimate of every recorded ``arm.metric``. ``verdict`` and ``rules`` are the current version's."""
+    current version's estimate of every recorded ``arm.metric``. ``verdict`` and ``rules`` are the current
+    version's."""
 
     claim: Claim
     versions: Mapping[int, tuple[Verdict, tuple[RuleResult, ...]]]
@@ -95,8 +115,8 @@ def problem_statistic(rule: Rule, table: Mapping[int, Mapping[str, float]],
                       problems: Mapping[int, Mapping[str, np.ndarray]]) -> np.ndarray | None:
     """The (seeds, problems) array of the rule's statistic per test problem, when every seed that measured the
     rule's keys also recorded their per-problem scores on equally many problems (arms paired problem by
-    problem); None otherwise, and for relative rules (a ratio is not a mean over problems)."""
-    if rule.relative:
+    problem); None otherwise, and for ratio rules (a ratio is not a mean over problems)."""
+    if not rule.linear:
         return None
     seeds = [s for s in sorted(table) if all(k in table[s] for k in rule.keys)]
     if not seeds or not all(all(k in problems.get(s, {}) for k in rule.keys) for s in seeds):
@@ -115,13 +135,91 @@ def estimate_v2(values: list[float], per_problem_values: np.ndarray | None) -> E
     return t_interval(values)
 
 
+def per_weights(rows: Iterable[Row]) -> dict[int, dict[str, str]]:
+    """``{seed: {"arm.metric": SHA-256 of the weights measured}}`` for rows that carry one (``weights``: runs saved
+    before rules v3 carry none; "" for a quantity of no run, which stands for its seed alone)."""
+    table: dict[int, dict[str, str]] = {}
+    for row in rows:
+        if "weights" in row:
+            fingerprint = row["weights"] or f"no run, seed {row['seed']}"
+            table.setdefault(int(row["seed"]), {}).update({f"{row['arm']}.{m}": fingerprint for m in row["values"]})
+    return table
+
+
+def distinct_seeds(rule: Rule, table: Mapping[int, Mapping[str, float]],
+                   problems: Mapping[int, Mapping[str, np.ndarray]],
+                   weights: Mapping[int, Mapping[str, str]]) -> tuple[int, str]:
+    """Version 3's effective seed count of a rule: over the seeds that measured its keys, the fewest distinct
+    weights measured by any key whose arm depends on the seed (``SEED_FREE_ARMS`` excepted); where a seed's row
+    carries no weights' SHA-256 (a run saved before rules v3, or a quantity of no run), the fewest distinct
+    recordings (value and per-problem scores) instead. A note names the key when that is below the seed count."""
+    seeds = [s for s in sorted(table) if all(k in table[s] for k in rule.keys)]
+    fewest, note = len(seeds), ""
+    for key in rule.keys:
+        if key.split(".", 1)[0] in SEED_FREE_ARMS:
+            continue
+        if all(key in weights.get(s, {}) for s in seeds):
+            distinct, what = len({weights[s][key] for s in seeds}), "distinct weights"
+        else:
+            distinct = len({(table[s][key], problems.get(s, {}).get(key, np.empty(0)).tobytes()) for s in seeds})
+            what = "distinct recordings"
+        if distinct < fewest:
+            fewest, note = distinct, f"{len(seeds)} seeds give {distinct} {what} of {key}: identical seeds count once"
+    return fewest, note
+
+
+def reads_accuracy(rule: Rule) -> bool:
+    """Whether the rule's statistic reads an accuracy metric (``registry.ACCURACY_METRICS``)."""
+    return any(key.split(".", 1)[1] in ACCURACY_METRICS for key in rule.keys)
+
+
+def estimate_v3(rule: Rule, table: Mapping[int, Mapping[str, float]],
+                problems: Mapping[int, Mapping[str, np.ndarray]],
+                weights: Mapping[int, Mapping[str, str]]) -> tuple[Estimate, str]:
+    """Version 3's estimate of a measured rule and a note: the floored two-level interval where per-problem
+    scores pair the arms, else the t interval over distinct seeds; identical seeds count once."""
+    values = statistic(rule, table)
+    seeds, note = distinct_seeds(rule, table, problems, weights)
+    per_problem_values = problem_statistic(rule, table, problems)
+    if per_problem_values is not None:
+        return floored_interval(per_problem_values, seeds, rule.b is not None, center=float(np.mean(values))), note
+    return distinct_seed_interval(values, seeds), note
+
+
+def decide_v3(rule: Rule, table: Mapping[int, Mapping[str, float]],
+              problems: Mapping[int, Mapping[str, np.ndarray]], weights: Mapping[int, Mapping[str, str]]) -> RuleResult:
+    """Version 3's verdict of a rule: the interval's side as in version 2, except that an accuracy rule without
+    per-problem scores is INCONCLUSIVE, and a REPRODUCED rule whose guard is NOT REPRODUCED is UNDEFINED
+    ("nothing moved"), one whose guard is undecided INCONCLUSIVE. A rule no seed measured is INCONCLUSIVE."""
+    guards = tuple(decide_v3(g, table, problems, weights) for g in rule.guards)
+    if not statistic(rule, table):
+        return RuleResult(rule, Verdict.INCONCLUSIVE, None, "no seed measured it", guards)
+    estimate, note = estimate_v3(rule, table, problems, weights)
+    verdict = verdict_of(rule, estimate)
+    if verdict is not Verdict.UNDEFINED and reads_accuracy(rule) and problem_statistic(rule, table, problems) is None:
+        return RuleResult(rule, Verdict.INCONCLUSIVE, estimate,
+                          "an accuracy without its per-problem scores: the test draw's error is unknown", guards)
+    if verdict is Verdict.REPRODUCED:
+        still = [g for g in guards if g.verdict is Verdict.NOT_REPRODUCED]
+        open_ = [g for g in guards if g.verdict is not Verdict.REPRODUCED]
+        if still:
+            return RuleResult(rule, Verdict.UNDEFINED, estimate, f"nothing moved: {still[0].rule} does not hold", guards)
+        if open_:
+            return RuleResult(rule, Verdict.INCONCLUSIVE, estimate,
+                              f"movement not established: {open_[0].rule} is {open_[0].verdict.value}", guards)
+    return RuleResult(rule, verdict, estimate, note, guards)
+
+
 def decide_rules(rules: Iterable[Rule], version: int, table: Mapping[int, Mapping[str, float]],
-                 problems: Mapping[int, Mapping[str, np.ndarray]], seed: int) -> tuple[RuleResult, ...]:
+                 problems: Mapping[int, Mapping[str, np.ndarray]], weights: Mapping[int, Mapping[str, str]],
+                 seed: int) -> tuple[RuleResult, ...]:
     """Every rule's verdict under ``version``'s statistics; a rule no seed measured is INCONCLUSIVE."""
     results = []
     for rule in rules:
         values = statistic(rule, table)
-        if not values:
+        if version >= 3:
+            results.append(decide_v3(rule, table, problems, weights))
+        elif not values:
             results.append(RuleResult(rule, Verdict.INCONCLUSIVE, None))
         elif version == 1:
             results.append(RuleResult(rule, *decide(rule, values, seed)))
@@ -133,14 +231,13 @@ def decide_rules(rules: Iterable[Rule], version: int, table: Mapping[int, Mappin
 
 def evaluate(claim: Claim, rows: Iterable[Row], seed: int = 0) -> ClaimResult:
     """Decide ``claim`` over the recorded rows under every rule version (version 1's bootstrap seeded by
-    ``seed``), with the version-2 estimate of every recorded key."""
+    ``seed``), with the current version's estimate of every recorded key."""
     rows = list(rows)
-    table, problems = per_seed(rows), per_problem(rows)
+    table, problems, weights = per_seed(rows), per_problem(rows), per_weights(rows)
     versions = {}
     for version in RULE_VERSIONS:
-        results = decide_rules(claim.rules_for(version), version, table, problems, seed)
+        results = decide_rules(claim.rules_for(version), version, table, problems, weights, seed)
         versions[version] = (combine([r.verdict for r in results]), results)
     keys = sorted({k for row in table.values() for k in row})
-    measured = {k: estimate_v2(statistic(Rule(k, ">"), table), problem_statistic(Rule(k, ">"), table, problems))
-                for k in keys}
+    measured = {k: estimate_v3(Rule(k, ">"), table, problems, weights)[0] for k in keys}
     return ClaimResult(claim, versions, measured)

@@ -1,7 +1,7 @@
 """The regime map's tables, figures and sentences (issue "Where each claim holds"), from the measured cells of
 ``opsft.claims.regime_map``: pure functions of the saved rows, except ``write_map`` and the plots.
 
-For each claim of ``ablations.regime_map.MAP_CLAIMS`` and each (cell, horizon), the claim's version-2 rules are
+For each claim of ``ablations.regime_map.MAP_CLAIMS`` and each (cell, horizon), the claim's current rules (``CURRENT_VERSION``) are
 decided over the rows of every seed at that horizon (``opsft.claims.evaluate``); a cell where an arm the claim
 reads diverged at or before the horizon is DIVERGED, with the arm and step. The "holds where" sentence of each
 claim is generated from the grid, never typed.
@@ -19,21 +19,21 @@ from matplotlib.figure import Figure
 
 from ablations import regime_map as grid
 from opsft.claims import drift_law
-from opsft.claims.evaluate import ClaimResult, evaluate
+from opsft.claims.evaluate import CURRENT_VERSION, ClaimResult, evaluate
 from opsft.claims.registry import get
 from opsft.claims.stats import Estimate
 from opsft.claims.tables import estimate_cell, number
 from opsft.io import atomic_write_text
 from opsft.plots import _save
 
-# The one number each claim's map cell shows beside its verdict: its first version-2 rule's statistic.
+# The one number each claim's map cell shows beside its verdict: its first current rule's statistic.
 DIVERGED = "DIVERGED"
 ACCURACY_KEYS = ("opsft.in_domain", "opsft.train_set", "opsft.held_out_mean")
 
 
 @dataclass(frozen=True)
 class CellVerdict:
-    """One claim at one (cell, horizon): its version-2 result (None when DIVERGED), or the divergence."""
+    """One claim at one (cell, horizon): its current-rules result (None when DIVERGED), or the divergence."""
 
     cell: str
     horizon: int
@@ -42,7 +42,7 @@ class CellVerdict:
 
     @property
     def verdict(self) -> str:
-        """The verdict text: the claim's version-2 verdict, or ``DIVERGED (arm at step s)``."""
+        """The verdict text: the claim's current verdict, or ``DIVERGED (arm at step s)``."""
         return f"{DIVERGED} ({self.diverged})" if self.diverged else self.result.verdict.value
 
 
@@ -66,9 +66,9 @@ def _divergence(records: Sequence[Mapping], cell: str, horizon: int, arms: set[s
 
 
 def claim_grid(claim_id: str, records: Sequence[Mapping]) -> list[CellVerdict]:
-    """The claim's version-2 verdict at every measured (cell, horizon), in cell then horizon order."""
+    """The claim's current verdict at every measured (cell, horizon), in cell then horizon order."""
     claim = get(claim_id)
-    arms = {key.split(".", 1)[0] for rule in claim.rules_for(2) for key in rule.keys}
+    arms = {key.split(".", 1)[0] for rule in claim.rules_for(CURRENT_VERSION) for key in rule.guarded_keys}
     out = []
     for (cell, horizon), rows in sorted(rows_by_cell(records).items()):
         diverged = _divergence(records, cell, horizon, arms)
@@ -102,9 +102,9 @@ def claim_table(claim_id: str, cells: Sequence[CellVerdict]) -> list[str]:
     """Markdown: one line per cell, one column per horizon."""
     horizons = sorted({c.horizon for c in cells})
     labels = sorted({c.cell for c in cells})
-    first_rule = get(claim_id).rules_for(2)[0]
+    first_rule = get(claim_id).rules_for(CURRENT_VERSION)[0]
     lines = [f"### {claim_id} {get(claim_id).slug}", "", holds_where(claim_id, cells), "",
-             f"Each entry: version-2 verdict, `{first_rule}` with its interval, then OPSFT's held-out in-domain / "
+             f"Each entry: version-{CURRENT_VERSION} verdict, `{first_rule}` with its interval, then OPSFT's held-out in-domain / "
              "training-set / held-out-abilities accuracy (%).", "",
              "| cell | " + " | ".join(f"{h} steps" for h in horizons) + " |",
              "|---|" + "---|" * len(horizons)]
@@ -155,12 +155,12 @@ def drift_table(c: float, fit_cell: str, predicted: Sequence[drift_law.DriftPoin
 
 
 def plot_claim_grid(claim_id: str, cells: Sequence[CellVerdict], path: Path) -> Path:
-    """One panel per cell: each key the claim's version-2 rules read, mean over seeds against the horizon, with
+    """One panel per cell: each key the claim's current rules read, mean over seeds against the horizon, with
     its interval as a band (the papers' accuracy-over-steps plots, OPSFT Fig 3/5)."""
     labels = sorted({c.cell for c in cells})
-    keys = sorted({k for rule in get(claim_id).rules_for(2) for k in rule.keys})
+    keys = sorted({k for rule in get(claim_id).rules_for(CURRENT_VERSION) for k in rule.keys})
     fig = Figure(figsize=(4.2 * len(labels), 3.4), layout="constrained")
-    fig.suptitle(f"{claim_id} {get(claim_id).slug}: version-2 keys over constrained steps", fontsize=10)
+    fig.suptitle(f"{claim_id} {get(claim_id).slug}: version-{CURRENT_VERSION} keys over constrained steps", fontsize=10)
     axes = np.atleast_1d(fig.subplots(1, len(labels)))
     for ax, label in zip(axes, labels, strict=True):
         mine = sorted((c for c in cells if c.cell == label and c.result is not None), key=lambda c: c.horizon)
@@ -206,8 +206,8 @@ def plot_drift(records: Sequence[Mapping], path: Path) -> Path:
 
 def write_map(out: Path, records: Sequence[Mapping], fit_cell: str) -> Path:
     """``out/README.md`` (a section per claim, the drift law, the prefix checks) and the figures beside it."""
-    lines = ["# Regime map", "", "Generated by `opsft map`; do not edit. Every verdict uses the claims' version-2 "
-             "rules and intervals (`opsft.claims.stats`) over the seeds measured in the cell.", ""]
+    lines = ["# Regime map", "", "Generated by `opsft map`; do not edit. Every verdict uses the claims' "
+             f"version-{CURRENT_VERSION} rules and intervals (`opsft.claims.stats`) over the seeds measured in the cell.", ""]
     for claim_id in grid.MAP_CLAIMS:
         cells = claim_grid(claim_id, records)
         figure = plot_claim_grid(claim_id, cells, out / f"{claim_id}_map.png")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -31,7 +32,9 @@ class ClaimRecorder:
 
     ``record`` and ``run`` append to the test item's ``user_properties`` (which reach the controller under
     pytest-xdist); the session turns them into verdicts at the end. With ``declared`` (the test's declared
-    arms) ``run`` refuses an undeclared config before training it.
+    arms) ``run`` refuses an undeclared config before training it. Each recorded row carries ``weights``, the
+    SHA-256 of the weights it measured (``arm_weights``), so that rules v3 count seeds whose weights are
+    bit-identical as one seed.
     """
 
     def __init__(self, claim: Claim, scale_name: str, scale: Mapping[str, Any],
@@ -40,6 +43,7 @@ class ClaimRecorder:
         self.claim, self.scale_name, self.scale = claim, scale_name, scale
         self._properties, self._runner, self.declared = properties, runner, declared
         self._results: dict[str, RunResult] = {}
+        self._weights: dict[str, str] = {}  # run digest -> SHA-256 of its final weights
 
     def _add(self, kind: str, data: dict) -> None:
         self._properties.append((PROPERTY, {"claim": self.claim.id, "kind": kind, "data": data}))
@@ -54,10 +58,24 @@ class ClaimRecorder:
                 "test module's arms() declares, nor their ancestors: declare it there")
         result = self._runner(config)
         self._results[config.digest()] = result
+        self._weights[config.digest()] = result.weights_sha256()
         self._add("run", {"digest": config.digest(), "objective": config.objective.name,
                           "constraint": config.constraint.mode, "organism": config.model_label(), "seed": config.seed,
                           "steps": config.steps, "wall_time": result.wall_time, "folder": str(result.folder)})
         return result
+
+    def arm_weights(self, arm: str) -> str:
+        """The weights ``arm`` was measured on: its declared run's final-weights SHA-256 once that run was loaded;
+        for an arm that is no declared run (a quantity over several runs, as C13's ``length``), one SHA-256 over
+        every run this test loaded so far; "" when it loaded none (its values vary by the test's own seeded draws,
+        as X01's simulation replicates)."""
+        config = None if self.declared is None else self.declared.arms.get(arm)
+        digest = getattr(config, "digest", lambda: None)()
+        if digest in self._weights:
+            return self._weights[digest]
+        if not self._weights:
+            return ""
+        return hashlib.sha256("".join(sorted(self._weights.values())).encode()).hexdigest()
 
     def record(self, arm: str, seed: int, **values: float) -> dict[str, float]:
         """Record what ``arm`` (e.g. ``"sft"``) measured for ``seed``: metric name -> number; an ``Accuracy``
@@ -70,6 +88,7 @@ class ClaimRecorder:
             raise ValueError(f"claim {self.claim.id}, arm {arm!r}: need metric names without '.', got {list(values)}")
         floats = {m: float(v) for m, v in values.items()}
         row: dict[str, Any] = {"arm": arm, "seed": int(seed), "values": floats}
+        row["weights"] = self.arm_weights(arm)
         problems = {m: encode(v.per_problem) for m, v in values.items() if isinstance(v, Accuracy)}
         if problems:
             row["problems"] = problems

@@ -24,7 +24,7 @@ from ablations import regime_map as grid
 from ablations.claims import claims_row
 from opsft.claims.arms import baseline, constrained
 from opsft.claims.drift_law import lr_sum
-from opsft.claims.fit import matched_gap
+from opsft.claims.fit import scored_gap
 from opsft.claims.measure import accuracies
 from opsft.claims.scored import Accuracy, encode
 from opsft.claims.travel import distance, drifted, share_along, travel_per_weight
@@ -140,7 +140,7 @@ def measure_cell(cell: Cell, scale: Mapping[str, Any], seed: int, run: Callable[
         if "sft" in scored:
             fit.append((scored["sft"]["train_set"], scored["sft"]["in_domain"]))
         if "opsft" in scored:
-            rows.append(_row("opsft", seed, h, {"matched_gap": matched_gap(
+            rows.append(_row("opsft", seed, h, {"matched_gap": scored_gap(
                 (scored["opsft"]["train_set"], scored["opsft"]["in_domain"]), fit)}))
             rows += _travel_rows(results, v.signs, random_signs, seed, h, arms["opsft"])
             travelled = distance(results["opsft"].snapshot(0), results["opsft"].snapshot(h))
@@ -153,20 +153,27 @@ def measure_cell(cell: Cell, scale: Mapping[str, Any], seed: int, run: Callable[
 
 def _travel_rows(results: Mapping[str, Any], signs: Mapping[str, torch.Tensor], random_signs, seed: int,
                  h: int, opsft: RunConfig) -> list[dict]:
-    """X05's quantities at horizon ``h``: the sign arm's distance, share along v, travel per allowed weight and
-    the schedule's lr sum; the random-sign arm's share along its own signs; the sign-update arm's distance."""
+    """X05's quantities at horizon ``h``: the sign arm's distance, share along v (its mask: ``share_along_mask``
+    and ``share_along_v`` are one number), travel per allowed weight and the schedule's lr sum; the random-sign
+    arm's share along its own signs; the sign-update arm's distance and share along v; SFT's distance (rules v3:
+    the ratchet against ``sign_update``, and "travels further than SFT")."""
     sign = results["opsft"]
     before, after = sign.snapshot(0), sign.snapshot(h)
-    rows = [_row("sign", seed, h, {"distance": distance(before, after), "share_along_mask": share_along(
-        before, after, signs), "travel_per_weight": travel_per_weight(before, after, signs),
-        "lr_sum": lr_sum(opsft.optim, opsft.steps, h)})]
+    along = share_along(before, after, signs)
+    rows = [_row("sign", seed, h, {"distance": distance(before, after), "share_along_mask": along,
+                                   "share_along_v": along, "travel_per_weight": travel_per_weight(before, after, signs),
+                                   "lr_sum": lr_sum(opsft.optim, opsft.steps, h)})]
+    if "sft" in results:
+        r = results["sft"]
+        rows.append(_row("sft", seed, h, {"distance": distance(r.snapshot(0), r.snapshot(h))}))
     if "random_sign" in results:
         r = results["random_sign"]
         rows.append(_row("random_sign", seed, h, {"share_along_mask": share_along(
             r.snapshot(0), r.snapshot(h), random_signs), "distance": distance(r.snapshot(0), r.snapshot(h))}))
     if "sign_update" in results:
         r = results["sign_update"]
-        rows.append(_row("sign_update", seed, h, {"distance": distance(r.snapshot(0), r.snapshot(h))}))
+        rows.append(_row("sign_update", seed, h, {"distance": distance(r.snapshot(0), r.snapshot(h)),
+                                                  "share_along_v": share_along(r.snapshot(0), r.snapshot(h), signs)}))
     return rows
 
 

@@ -23,6 +23,25 @@ the two-way model at n = 3 and 5 seeds with the measured variances and checks a 
 bootstrap of the mean of the per-seed values. Over 3 seeds it is the min-max range (about 75% coverage, not
 95%) and it leaves the test draw's sampling error out.
 
+**Version 3 (registered after an audit of version 2's edges).** The version-2 interval, with two changes that
+keep a zero observed variance from giving certainty:
+
+- *Identical seeds count once.* A seed-dependent arm whose recorded values (and per-problem scores) are
+  bit-identical across seeds was, in effect, trained once (a seed that does not reach the weights). A rule's
+  effective seed count ``n_eff`` is the fewest distinct recordings of any of its seed-dependent keys; the seed
+  term becomes ``s2(seed means) / n_eff`` with ``n_eff - 1`` degrees of freedom, and ``n_eff < 2`` gives no
+  interval (INCONCLUSIVE).
+- *A binomial floor on the problem term.* ``v_problem`` is at least the variance of a mean of the ``N = n_eff
+  m`` scored cells under a Bernoulli model with pseudo-counts: plus-four, ``p~ = (x + 2) / (N + 4)``, for one
+  accuracy in [0, 100] (``x`` the passes); Agresti-Min's half a discordant pair each way for a paired
+  difference, ``var = (b + c + 1) / (N + 2) - ((b - c) / (N + 2))^2`` with ``b`` / ``c`` the summed positive /
+  negative parts of ``D / 100`` (scaled by ``max |D| / 100`` where a combination of accuracies exceeds
+  [-100, 100]). Every arm scoring 0 of 16 problems on 2 seeds thus gives about +-8.6 points, not [0, 0].
+
+A rule that reads an accuracy (``registry.ACCURACY_METRICS``) but whose rows carry no per-problem scores is
+INCONCLUSIVE under version 3: the seeds-only interval leaves the test draw out and covered 73-91% in the audit's
+simulation.
+
 A NaN anywhere in a statistic makes the rule UNDEFINED (its quantity does not exist for that run, e.g. an
 overlap of an empty mask), never INCONCLUSIVE, and never hides a failure: a claim with a NOT REPRODUCED rule is
 NOT REPRODUCED whatever its other rules are.
@@ -49,6 +68,8 @@ MIN_SEEDS = 3
 T_LABEL = "95% two-level t interval (seeds x test problems)"
 SEED_T_LABEL = "95% t interval over seeds"
 BOOTSTRAP_LABEL = "95% percentile bootstrap over seeds (v1)"
+FLOORED_LABEL = "95% two-level t interval (seeds x test problems), binomial floor, identical seeds once (v3)"
+DISTINCT_SEED_LABEL = "95% t interval over distinct seeds (v3)"
 
 
 class Verdict(StrEnum):
@@ -121,6 +142,17 @@ def t_interval(values: Sequence[float], level: float = LEVEL) -> Estimate:
     return Estimate(mean, mean - half, mean + half, int(x.size), 0, SEED_T_LABEL)
 
 
+def cochran_cox(mean: float, v_seed: float, seeds: int, v_problem: float, problems: int, level: float,
+                method: str) -> Estimate:
+    """``mean +- q sqrt(V)``, ``V = v_seed + v_problem`` (> 0) and Cochran and Cox's critical value
+    ``q = (v_seed t(level, seeds-1) + v_problem t(level, problems-1)) / V`` (module docstring)."""
+    variance = v_seed + v_problem
+    tail = (1 + level) / 2
+    q = (v_seed * scipy_stats.t.ppf(tail, seeds - 1) + v_problem * scipy_stats.t.ppf(tail, problems - 1)) / variance
+    half = float(q) * math.sqrt(variance)
+    return Estimate(mean, mean - half, mean + half, seeds, problems, method)
+
+
 def two_level_interval(per_problem: np.ndarray, level: float = LEVEL, center: float | None = None) -> Estimate:
     """Version 2 with test-problem sampling error: ``per_problem`` is the (n seeds, m problems) array of the
     statistic on each problem (``D[s, p]``); the interval is ``mean +- q sqrt(V)`` with the conservative two-way
@@ -138,13 +170,70 @@ def two_level_interval(per_problem: np.ndarray, level: float = LEVEL, center: fl
         return Estimate(mean, math.nan, math.nan, n, m, T_LABEL)
     v_seed = float(d.mean(axis=1).var(ddof=1)) / n
     v_problem = float(d.mean(axis=0).var(ddof=1)) / m
-    variance = v_seed + v_problem
-    if variance == 0:
+    if v_seed + v_problem == 0:
         return Estimate(mean, mean, mean, n, m, T_LABEL)
-    tail = (1 + level) / 2
-    q = (v_seed * scipy_stats.t.ppf(tail, n - 1) + v_problem * scipy_stats.t.ppf(tail, m - 1)) / variance
-    half = float(q) * math.sqrt(variance)
-    return Estimate(mean, mean - half, mean + half, n, m, T_LABEL)
+    return cochran_cox(mean, v_seed, n, v_problem, m, level, T_LABEL)
+
+
+def problem_floor(per_problem: np.ndarray, seeds: int | None = None, paired: bool = False) -> float:
+    """Version 3's least variance (points^2) of the grand mean of an (n, m) array of per-problem scores in points
+    (module docstring), over ``N = seeds m`` cells (``seeds`` the effective seed count, default n; the shares
+    are the array's means): plus-four for one accuracy (every entry in [0, 100], not ``paired``), Agresti-Min for
+    a paired difference or any other signed statistic."""
+    d = np.asarray(per_problem, dtype=np.float64) / 100
+    cells = (d.shape[0] if seeds is None else seeds) * d.shape[1]
+    if not paired and d.min() >= 0 and d.max() <= 1:
+        p = (float(d.mean()) * cells + 2) / (cells + 4)
+        single = p * (1 - p)
+    else:
+        b, c = float(np.clip(d, 0, None).mean()) * cells, float(np.clip(-d, 0, None).mean()) * cells
+        spread = max(1.0, float(np.abs(d).max()))
+        single = spread * (b + c + 1) / (cells + 2) - ((b - c) / (cells + 2)) ** 2
+    return 1e4 * single / cells
+
+
+def floored_interval(per_problem: np.ndarray, seeds: int | None = None, paired: bool = False, level: float = LEVEL,
+                     center: float | None = None) -> Estimate:
+    """Version 3 with test-problem sampling error: the version-2 interval (``two_level_interval``) on the (n, m)
+    array ``per_problem`` with the seed term over ``seeds`` effective seeds (default n: ``s2(row means) /
+    seeds``, ``seeds - 1`` degrees of freedom) and the problem term at least ``problem_floor`` (``paired``: the array is a
+    difference of two arms) over
+    ``seeds`` distinct rows. Fewer than 2 effective seeds (or problems) give no interval; a non-finite entry makes every
+    field NaN."""
+    d = np.asarray(per_problem, dtype=np.float64)
+    if d.ndim != 2 or d.size == 0:
+        raise ValueError(f"floored_interval needs an (seeds, problems) array, got shape {d.shape}")
+    n, m = d.shape
+    seeds = n if seeds is None else seeds
+    if not 1 <= seeds <= n:
+        raise ValueError(f"floored_interval: {seeds} effective seeds for {n} rows")
+    if not np.all(np.isfinite(d)):
+        return _nan_estimate(seeds, m, FLOORED_LABEL)
+    mean = float(d.mean()) if center is None else float(center)
+    if seeds < 2 or m < 2:
+        return Estimate(mean, math.nan, math.nan, seeds, m, FLOORED_LABEL)
+    v_seed = float(d.mean(axis=1).var(ddof=1)) / seeds
+    v_problem = max(float(d.mean(axis=0).var(ddof=1)) / m, problem_floor(d, seeds, paired))
+    return cochran_cox(mean, v_seed, seeds, v_problem, m, level, FLOORED_LABEL)
+
+
+def distinct_seed_interval(values: Sequence[float], seeds: int | None = None, level: float = LEVEL) -> Estimate:
+    """Version 3 over seeds alone: ``mean +- t(level, seeds-1) * s / sqrt(seeds)``, ``s`` the sample sd of the
+    per-seed ``values`` and ``seeds`` the effective seed count (default ``len(values)``); fewer than 2 effective
+    seeds give no interval, a non-finite value makes every field NaN."""
+    x = np.asarray(values, dtype=np.float64)
+    if x.size == 0:
+        raise ValueError("distinct_seed_interval needs at least one value, got none")
+    seeds = int(x.size) if seeds is None else seeds
+    if not 1 <= seeds <= x.size:
+        raise ValueError(f"distinct_seed_interval: {seeds} effective seeds for {x.size} values")
+    if not np.all(np.isfinite(x)):
+        return _nan_estimate(seeds, 0, DISTINCT_SEED_LABEL)
+    mean = float(x.mean())
+    if seeds < 2:
+        return Estimate(mean, math.nan, math.nan, seeds, 0, DISTINCT_SEED_LABEL)
+    half = float(scipy_stats.t.ppf((1 + level) / 2, seeds - 1)) * float(x.std(ddof=1)) / math.sqrt(seeds)
+    return Estimate(mean, mean - half, mean + half, seeds, 0, DISTINCT_SEED_LABEL)
 
 
 def _side(rule: Rule, low: float, high: float) -> bool | None:
@@ -155,6 +244,8 @@ def _side(rule: Rule, low: float, high: float) -> bool | None:
         return True if high < rule.boundary else False if low >= rule.boundary else None
     inside = -rule.boundary <= low and high <= rule.boundary
     outside = high < -rule.boundary or low > rule.boundary
+    if rule.op == "beyond":
+        return True if outside else False if inside else None
     return True if inside else False if outside else None
 
 

@@ -2,16 +2,26 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from opsft.claims.evaluate import ClaimResult, RuleResult
-from opsft.claims.registry import Claim, PaperValue, Rule
-from opsft.claims.stats import BOOTSTRAP_LABEL, SEED_T_LABEL, T_LABEL, Estimate
+from opsft.claims.evaluate import CURRENT_VERSION, ClaimResult, RuleResult
+from opsft.claims.registry import NOT_DECIDED, RULE_VERSIONS, Claim, PaperValue, Rule
+from opsft.claims.stats import (
+    BOOTSTRAP_LABEL,
+    DISTINCT_SEED_LABEL,
+    FLOORED_LABEL,
+    SEED_T_LABEL,
+    T_LABEL,
+    Estimate,
+)
 
 NOT_RUN = "not run"
+# The rule versions whose verdicts the summary shows: the current one, then the one before it (when there is one).
+SUMMARY_VERSIONS = (CURRENT_VERSION, *RULE_VERSIONS[-2:-1])
 
 
 def number(x: float) -> str:
@@ -40,7 +50,7 @@ def estimate_cell(estimate: Estimate | None) -> str:
 def rule_cell(rule: Rule, estimate: Estimate | None) -> str:
     """The estimate of a rule's statistic as the rule tests it: a tolerance rule ``|a - b| <= x`` shows ``|mean|``
     and its interval's largest distance from zero before the signed mean and interval it is decided on."""
-    if estimate is None or rule.op != "within" or math.isnan(estimate.mean):
+    if estimate is None or rule.op not in ("within", "beyond") or math.isnan(estimate.mean):
         return estimate_cell(estimate)
     farthest = max(abs(estimate.low), abs(estimate.high)) if not math.isnan(estimate.low) else math.nan
     return f"\\|mean\\| {number(abs(estimate.mean))}, up to {number(farthest)}; signed {estimate_cell(estimate)}"
@@ -84,14 +94,18 @@ def provenance_lines(context: PageContext) -> list[str]:
     return lines
 
 
-def _rule_rows(claim: Claim, results: Iterable[RuleResult], version: int) -> list[str]:
+def _rule_rows(claim: Claim, results: Iterable[RuleResult], label: str) -> list[str]:
+    """One row per rule result (``label``: ``v2``, ``v3``, ``v3 guard``), its guards' rows after it; the verdict
+    cell carries the result's note."""
     rows = []
     for r in results:
         n = r.estimate.n if r.estimate else 0
         problems = f" x {r.estimate.problems}" if r.estimate and r.estimate.problems else ""
-        rule = str(r.rule).replace("|", "\\|")  # a bare pipe would split the cell, even inside backticks
-        rows.append(f"| v{version} `{rule}` | {paper_cell(claim.paper_value(r.rule))} | "
-                    f"{rule_cell(r.rule, r.estimate)} | {n}{problems} | {r.verdict.value} |")
+        rule = str(dataclasses.replace(r.rule, guards=())).replace("|", "\\|")  # a bare pipe would split the cell
+        verdict = f"{r.verdict.value} ({r.note})".replace("|", "\\|") if r.note else r.verdict.value
+        rows.append(f"| {label} `{rule}` | {paper_cell(claim.paper_value(r.rule))} | "
+                    f"{rule_cell(r.rule, r.estimate)} | {n}{problems} | {verdict} |")
+        rows += _rule_rows(claim, r.guards, f"{label.split()[0]} guard")
     return rows
 
 
@@ -112,14 +126,17 @@ def claim_table(result: ClaimResult, context: PageContext) -> str:
         "",
         *provenance_lines(context),
         "",
-        f"Intervals: v1 rules, {BOOTSTRAP_LABEL}; v2 rules and measured rows, {T_LABEL} where the arms' "
-        f"per-problem scores pair them (n = seeds x problems), else {SEED_T_LABEL} (n = seeds).",
+        f"Intervals: v1 rules, {BOOTSTRAP_LABEL}; v2 rules, {T_LABEL} where the arms' per-problem scores pair "
+        f"them (n = seeds x problems), else {SEED_T_LABEL} (n = seeds); v3 rules and measured rows, "
+        f"{FLOORED_LABEL}, else {DISTINCT_SEED_LABEL} (n = distinct seeds). A v3 guard must hold for its rule to "
+        "be REPRODUCED: that the arms it compares moved.",
         "",
+        *([f"Not decided: {NOT_DECIDED[claim.id]}.", ""] if claim.id in NOT_DECIDED else []),
         "| quantity | paper | measured mean [interval] | n | verdict |",
         "|---|---|---|---|---|",
     ]
     for version, (_, rules) in sorted(result.versions.items()):
-        lines += _rule_rows(claim, rules, version)
+        lines += _rule_rows(claim, rules, f"v{version}")
     for key, estimate in result.measured.items():
         problems = f" x {estimate.problems}" if estimate.problems else ""
         lines.append(f"| {key} | {paper_cell(claim.paper.get(key))} | {estimate_cell(estimate)} | "
@@ -129,27 +146,32 @@ def claim_table(result: ClaimResult, context: PageContext) -> str:
 
 @dataclass(frozen=True)
 class SummaryEntry:
-    """The saved verdict of one claim: under the current rules (``verdict``) and version 1 (``v1_verdict``),
+    """One claim's line of the summary: its verdict under each rule version, decided again from the saved rows
+    (``verdicts``: version -> verdict), the verdict saved with the run and the rule version it was saved under,
     the scale, the run file it came from and that run's commit."""
 
-    verdict: str
+    verdicts: Mapping[int, str]
+    saved: str
+    saved_version: int
     scale: str
     run_name: str
-    v1_verdict: str = ""
     commit: str = ""
 
 
 def summary_table(claims: Iterable[Claim], latest: Mapping[str, SummaryEntry]) -> str:
-    """One line per registered claim: id, slug (linked to its page when run), source, verdict under rules v2
-    and v1, scale, run, commit (first 8 characters); claims without a saved result show "not run"."""
-    lines = ["| id | claim | source | verdict (rules v2) | rules v1 | scale | run | commit |",
-             "|---|---|---|---|---|---|---|---|"]
+    """One line per registered claim: id, slug (linked to its page when run), source, its verdict under the
+    current rule version and the one before it (``SUMMARY_VERSIONS``), the verdict saved with the run (and its
+    version), scale, run, commit (first 8 characters); claims without a saved result show "not run"."""
+    header = [f"verdict (rules v{CURRENT_VERSION})", *(f"rules v{v}" for v in SUMMARY_VERSIONS[1:]), "saved verdict"]
+    lines = [f"| id | claim | source | {' | '.join(header)} | scale | run | commit |",
+             "|---|---|---|" + "---|" * (len(header) + 3)]
     for claim in claims:
         entry = latest.get(claim.id)
         if entry is None:
-            lines.append(f"| {claim.id} | {claim.slug} | {claim.source} | {NOT_RUN} | | | | |")
+            lines.append(f"| {claim.id} | {claim.slug} | {claim.source} | {NOT_RUN} |" + " |" * (len(header) + 2))
         else:
             link = f"[{claim.slug}](claims/{claim_page_name(claim)})"
-            lines.append(f"| {claim.id} | {link} | {claim.source} | {entry.verdict} | {entry.v1_verdict} | "
-                         f"{entry.scale} | {entry.run_name} | {entry.commit[:8]} |")
+            verdicts = " | ".join(entry.verdicts[v] for v in SUMMARY_VERSIONS)
+            lines.append(f"| {claim.id} | {link} | {claim.source} | {verdicts} | {entry.saved} "
+                         f"(v{entry.saved_version}) | {entry.scale} | {entry.run_name} | {entry.commit[:8]} |")
     return "\n".join(lines) + "\n"

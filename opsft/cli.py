@@ -154,12 +154,17 @@ def add_claims_commands(sub: argparse._SubParsersAction) -> None:
     compare = verbs.add_parser("compare", help="verdict changes and mean deltas of run B against run A")
     compare.add_argument("a", help="run A: a run file, or a number or name in --storage")
     compare.add_argument("b", help="run B, the same")
-    compare.add_argument("-k", action="append", help="only claims whose id contains this (repeatable)")
+    compare.add_argument("-k", action="append",
+                         help="only claims whose id contains this, in any case (repeatable; it must match a "
+                         "registered id)")
     compare.add_argument("--fail", action="append", metavar="METRIC:TOL[%]",
                          help="exit 1 when a mean moves past this (repeatable; default: CI's tolerances)")
     verdicts = verbs.add_parser("verdicts", help="saved runs' claims decided again under every rule version")
     verdicts.add_argument("runs", nargs="+", help="run files, or numbers or names in --storage (newest last)")
-    for verb, p in (("list", listing), ("compare", compare), ("verdicts", verdicts)):
+    summary = verbs.add_parser("summary", help="rewrite a results folder's claims summary under the current rules")
+    summary.add_argument("-o", "--output", type=Path, required=True, help="results folder (its README.md)")
+    summary.add_argument("--only", help="one run file: every line from it (as a reference scale's summary)")
+    for verb, p in (("list", listing), ("compare", compare), ("verdicts", verdicts), ("summary", summary)):
         p.add_argument("--storage", type=Path, default=Path(".claims"), help="claims storage (default .claims)")
         p.set_defaults(func=lazy("opsft.claims.commands", f"cmd_{verb}"))
     m = sub.add_parser("map", help="the regime map: the OPSFT family over SFT learning rate x constrained steps")

@@ -1,4 +1,4 @@
-"""``opsft claims list`` and ``opsft claims compare`` on saved run files written here (nothing trains)."""
+"""``opsft claims list``, ``compare`` and ``verdicts`` on saved run files written here (nothing trains)."""
 
 import argparse
 import json
@@ -7,6 +7,7 @@ import pytest
 
 from opsft.claims.commands import cmd_compare, cmd_list, compare_table, list_table, run_files, verdicts_table
 from opsft.claims.storage import save_run
+from opsft.cli import main
 
 
 def payload(scale: str, opsft_mean: float, verdict: str = "REPRODUCED") -> dict:
@@ -15,7 +16,7 @@ def payload(scale: str, opsft_mean: float, verdict: str = "REPRODUCED") -> dict:
     return {"scale": scale, "provenance": {"commit": "0123456789abcdef0", "dirty": False, "utc": "2026-12-06"},
             "claims": {"C02": {"verdict": verdict, "versions": {"1": {"verdict": "INCONCLUSIVE"},
                                                                  "2": {"verdict": verdict}},
-                               "measured": {"opsft.in_domain": est}, "seeds": [0, 1, 2]}}}
+                               "measured": {"opsft.in_domain": est}, "rows": [], "seeds": [0, 1, 2]}}}
 
 
 @pytest.fixture
@@ -46,7 +47,34 @@ def test_compare_shows_verdict_changes_and_deltas_and_fails_past_the_ci_toleranc
     assert cmd_compare(past) == 1  # 10 points past CI's 5
     assert "| FAIL |" in capsys.readouterr().out
     with pytest.raises(ValueError, match="no claim of both runs matches -k"):
-        cmd_compare(argparse.Namespace(a="1", b="2", storage=storage / "ci", k=["c99"], fail=None))
+        cmd_compare(argparse.Namespace(a="1", b="2", storage=storage / "ci", k=["c1"], fail=None))
+
+
+def test_a_k_that_matches_no_registered_claim_is_an_error_naming_it_and_the_registered_ids(storage, capsys):
+    assert main(["claims", "compare", "1", "2", "--storage", str(storage / "ci"), "-k", "C02", "-k", "c99"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("opsft: error: -k c99: matches no registered claim id") and err.count("\n") == 1
+    assert "registered: C01, C02, " in err
+    assert main(["claims", "compare", "1", "2", "--storage", str(storage / "ci"), "-k", "c02"]) == 0
+
+
+def test_list_of_a_storage_folder_that_does_not_exist_is_an_error_and_an_empty_one_says_so(tmp_path, capsys):
+    assert main(["claims", "list", "--storage", str(tmp_path / "nope")]) == 1
+    assert capsys.readouterr().err == f"opsft: error: --storage {tmp_path / 'nope'}: no such folder of claims runs\n"
+    assert main(["claims", "list", "--storage", str(tmp_path)]) == 0
+    out, err = capsys.readouterr()
+    assert err == f"no saved claims run in {tmp_path} or its subfolders\n" and out.startswith("| run | scale |")
+
+
+@pytest.mark.parametrize("command", [["list"], ["verdicts", "4"], ["compare", "1", "4"]])
+def test_a_run_file_with_bad_contents_stops_every_command_with_one_line(storage, capsys, command):
+    bad = payload("ci", 40.0)
+    bad["claims"]["C02"]["rows"] = "opsft,sft"
+    save_run(storage / "ci", "ci", bad)
+    assert main(["claims", *command, "--storage", str(storage if command == ["list"] else storage / "ci")]) == 1
+    err = capsys.readouterr().err
+    assert err == (f"opsft: error: claims run file {storage / 'ci' / '0004_ci.json'}: claim C02: field 'rows' is "
+                   "'opsft,sft' (str), not a list\n")
 
 
 def test_verdicts_decides_saved_rows_again_under_every_rule_version(tmp_path):
@@ -56,5 +84,5 @@ def test_verdicts_decides_saved_rows_again_under_every_rule_version(tmp_path):
     rows = [{"arm": arm, "seed": s, "values": {"in_domain": v + s}} for s in range(3) for arm, v in values.items()]
     rows += [{"arm": "snapshots", "seed": s, "values": {"diminishing": 15.0}} for s in range(3)]
     run = {"scale": "full", "claims": {"C08": {"verdict": "REPRODUCED", "rows": rows}}}
-    assert verdicts_table([("0001_full", run)]).splitlines()[-1] == (
+    assert verdicts_table([("0001_full", run)]).splitlines()[-1].startswith(  # saved, then v1, v2 (and any newer)
         "| C08 snapshot_steps | 0001_full | REPRODUCED | REPRODUCED | NOT REPRODUCED |")

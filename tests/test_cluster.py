@@ -24,6 +24,11 @@ from opsft.runs import finished_fingerprints
 from opsft.workers import LocalWorkers
 
 
+def needs_ray():
+    """``ray``, or a skip naming the extra that installs it (a ``.[dev]`` install has no Ray)."""
+    return pytest.importorskip("ray", reason="needs the [cluster] extra: pip install -e '.[cluster]'")
+
+
 def closed_port() -> int:
     """A loopback port nothing listens on (bound, then released)."""
     with socket.socket() as s:
@@ -58,7 +63,7 @@ def test_a_dead_address_is_one_error_naming_it():
 
 
 def test_opsft_execute_on_a_dead_address_fails_in_one_line_within_30_s(tmp_path):
-    pytest.importorskip("ray")
+    needs_ray()
     address = f"127.0.0.1:{closed_port()}"
     start = time.monotonic()
     done = subprocess.run([sys.executable, "-m", "opsft.cli", "execute", "--scale", "smoke", "--executor", "ray",
@@ -72,7 +77,7 @@ def test_opsft_execute_on_a_dead_address_fails_in_one_line_within_30_s(tmp_path)
 
 @pytest.mark.slow
 def test_a_plan_on_a_local_ray_instance_trains_exactly_the_local_executors_runs(tmp_path):
-    pytest.importorskip("ray")
+    needs_ray()
     lines: list[str] = []
     local, on_ray = tmp_path / "local", tmp_path / "ray"
     with LocalWorkers(2, local) as workers:
@@ -88,7 +93,7 @@ def test_a_plan_on_a_local_ray_instance_trains_exactly_the_local_executors_runs(
 
 @pytest.mark.cluster
 def test_two_ray_nodes_train_one_plan_into_one_shared_cache(tmp_path):
-    ray = pytest.importorskip("ray")
+    ray = needs_ray()
     from ray.cluster_utils import Cluster
 
     cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1})
@@ -118,7 +123,7 @@ def ray_task_processes(name: str) -> list:
 
 @pytest.mark.cluster
 def test_a_killed_ray_worker_is_retried_and_resumes_to_the_same_final_weights(tmp_path):
-    pytest.importorskip("ray")
+    needs_ray()
     from safetensors.torch import load_file
 
     from opsft.config import ObjectiveConfig, OptimConfig, RunConfig, SourceConfig
@@ -157,7 +162,7 @@ def test_a_killed_ray_worker_is_retried_and_resumes_to_the_same_final_weights(tm
 def test_a_recipe_run_with_gpus_is_a_ray_task_that_trains_through_torchrun(tmp_path, monkeypatch):
     """A node that declares one GPU (there is none: the torchrun job falls back to gloo on CPU) trains a
     paper-tiny run as a one-GPU task through torchrun, while an organism run stays a one-CPU task."""
-    ray = pytest.importorskip("ray")
+    ray = needs_ray()
     from ablations.claims import scale_profile
     from opsft.claims.arms import baseline
 
@@ -187,6 +192,7 @@ def test_gpus_per_run_is_for_ray_only(tmp_path, capsys):
 
 @pytest.mark.slow
 def test_a_failed_torchrun_job_is_a_retryable_error_that_names_its_log(tmp_path):
+    needs_ray()  # train_with_torchrun is a Ray task: it imports ray before it starts torchrun
     from opsft.cluster import TorchrunFailed, train_with_torchrun
     from opsft.config import RunConfig
 

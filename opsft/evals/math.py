@@ -23,7 +23,7 @@ import sys
 import threading
 import time
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from multiprocessing.connection import wait
 from typing import IO
@@ -278,14 +278,19 @@ def score_completions(
     golds: Sequence[str],
     timeout: float = DEFAULT_TIMEOUT_S,
     require_boxed: bool = False,
+    judge: Callable[[str, str], bool] | None = None,
 ) -> tuple[MathScore, list[list[bool]]]:
-    """Check every completion (problem i, sample j) against gold i and summarise; also returns the matrix."""
+    """Check every completion (problem i, sample j) against gold i and summarise; also returns the matrix.
+    ``judge(completion, gold)`` replaces math-verify (``are_correct``) where a task family has its own rule for
+    an answer (the organism's ``tasks.answer_is_correct``)."""
     if len(completions) != len(golds) or not golds:
         raise ValueError(f"need one non-empty list of completions per gold: {len(completions)} vs {len(golds)}")
     k = len(completions[0])
     if any(len(row) != k for row in completions):
         raise ValueError("every problem needs the same number k of completions")
-    flat = are_correct([c for row in completions for c in row], [g for g in golds for _ in range(k)], timeout, require_boxed)
+    pairs = [(c, g) for row, g in zip(completions, golds, strict=True) for c in row]
+    flat = ([judge(c, g) for c, g in pairs] if judge is not None
+            else are_correct([c for c, _ in pairs], [g for _, g in pairs], timeout, require_boxed))
     correct = [flat[i * k : (i + 1) * k] for i in range(len(golds))]
     answers = [[extract_boxed(c) for c in row] for row in completions]
     score = MathScore(

@@ -85,10 +85,11 @@ def family_test_problems(family: str, n: int, seed: int) -> list[tasks.Problem]:
 
 
 def math_family_rows(model: Any, tokenizer: Any, family: str, suite: Suite) -> list[Row]:
-    """avg@k, pass@k, maj@k, accuracy std and behaviour metrics of one math family's test split."""
+    """avg@k, pass@k, maj@k, accuracy std and behaviour metrics of one math family's test split, each answer
+    judged by the organism's one rule (``tasks.answer_is_correct``), as its greedy scores are."""
     problems = family_test_problems(family, suite.n, suite.seed)
     completions = generate(model, tokenizer, [p.prompt for p in problems], suite.sampling)
-    score, _ = score_completions(completions, [p.answer for p in problems], require_boxed=True)
+    score, _ = score_completions(completions, [p.answer for p in problems], judge=tasks.answer_is_correct)
     flat = [c for group in completions for c in group]
     habits = behaviour(flat, [len(tokenizer(c, add_special_tokens=False)["input_ids"]) for c in flat])
     n, k = score.n, score.k

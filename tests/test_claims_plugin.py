@@ -70,7 +70,7 @@ def test_seeds_follow_the_scale(suite):
     full = run(pytester, "--scale", "full", "-v")
     full.stdout.fnmatch_lines(["*test_claim_sign_beats_sft[[]seed0[]] PASSED*", "*[[]seed2[]] PASSED*"])
     full.assert_outcomes(passed=3)
-    full.stdout.fnmatch_lines(["C02 sign_beats_sft: REPRODUCED (rules v1: REPRODUCED)"])
+    full.stdout.fnmatch_lines(["C02 sign_beats_sft: REPRODUCED (rules v2: REPRODUCED, v1: REPRODUCED)"])
     run(pytester, "--scale", "smoke").assert_outcomes(passed=1)
 
 
@@ -112,7 +112,7 @@ def test_a_claim_whose_test_fails_is_error_not_its_older_verdict(suite):
     assert run(pytester, "--scale", "smoke", "--claims-save", "good").ret == 0
     pytester.makepyfile(test_c02=CLAIM_TEST.format(offset=5) + "    raise RuntimeError('training diverged')\n")
     failed = run(pytester, "--scale", "smoke", "--claims-save", "bad")
-    failed.stdout.fnmatch_lines(["C02 sign_beats_sft: ERROR (rules v1: ERROR)"])
+    failed.stdout.fnmatch_lines(["C02 sign_beats_sft: ERROR (rules v2: ERROR, v1: ERROR)"])
     readme = (pytester.path / "res" / "README.md").read_text()
     assert f"| ERROR | ERROR | ERROR (v{CURRENT_VERSION}) | smoke | 0002_bad |" in readme
     assert json.loads((pytester.path / "store" / "0001_good.json").read_text())["claims"]["C02"]["verdict"] != "ERROR"
@@ -131,7 +131,7 @@ def test_strict_fails_the_session_on_not_reproduced(suite):
     pytester = suite(-5)  # OPSFT below SFT on every seed
     lenient = run(pytester, "--scale", "full")
     assert lenient.ret == 0
-    lenient.stdout.fnmatch_lines(["C02 sign_beats_sft: NOT REPRODUCED (rules v1: NOT REPRODUCED)"])
+    lenient.stdout.fnmatch_lines(["C02 sign_beats_sft: NOT REPRODUCED (rules v2: NOT REPRODUCED, v1: NOT REPRODUCED)"])
     strict = run(pytester, "--scale", "full", "--claims-strict")
     assert strict.ret == pytest.ExitCode.TESTS_FAILED
     strict.stdout.fnmatch_lines(["FAILED claims: C02 sign_beats_sft: NOT REPRODUCED"])

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from opsft.claims.compare import Change, Threshold, compare
-from opsft.claims.evaluate import ClaimResult, evaluate
+from opsft.claims.evaluate import CURRENT_VERSION, ClaimResult, evaluate
 from opsft.claims.registry import get
 from opsft.claims.stats import Verdict
 from opsft.claims.storage import save_run, write_pages
@@ -117,12 +117,15 @@ class ClaimsSession:
         return out + [str(c) for c in self.changes if c.failed]
 
     def summary_lines(self) -> list[str]:
-        """Terminal lines: each claim's verdict and rule verdicts, the metrics that differ from the baseline (and a
-        count of the bit-identical ones), the saved file."""
+        """Terminal lines: each claim's verdict (the earlier rule versions' beside it) and its current rules'
+        verdicts with their notes, the metrics that differ from the baseline (and a count of the bit-identical
+        ones), the saved file."""
         lines = []
         for cid, r in self.results.items():
-            lines.append(f"{cid} {r.claim.slug}: {r.verdict.value} (rules v1: {r.versions[1][0].value})")
-            lines += [f"    {rr.verdict.value:<15} {rr.rule}" for rr in r.rules]
+            earlier = ", ".join(f"v{v}: {verdict.value}" for v, (verdict, _) in sorted(r.versions.items(), reverse=True)
+                                if v != CURRENT_VERSION)
+            lines.append(f"{cid} {r.claim.slug}: {r.verdict.value} (rules {earlier})")
+            lines += [f"    {rr.verdict.value:<15} {rr.rule}" + (f" ({rr.note})" if rr.note else "") for rr in r.rules]
         lines += [self.options.baseline_note] if self.options.baseline_note else []
         lines += [str(c) for c in self.changes if not c.unchanged]
         if self.changes:

@@ -87,4 +87,12 @@ ORGANISMS: dict[str, OrganismSpec] = {
     # 4 chunks and 1800 steps: 96% in 655 s (probes at d97ae45-ed7d5d1 on 2 cores). Its base scores 35%.
     "micro": OrganismSpec(pretrain_length_chunks=4, teacher_steps=1600),
     "small": OrganismSpec(student="small", base_steps=900),
+    # Candidates for the reference scale (issue 34; results/organism.md, "Candidates for the reference scale"):
+    # micro's teacher recipe (so micro's cached teacher) with a base whose sampled arith pass rate sits nearer 50%,
+    # where GRPO's per-group signal p(1-p) peaks (micro's base samples 10% right: 43% of its groups of 8 carry no
+    # gradient). A later base checkpoint (900 / 1200 pretraining steps), and a base of the `mini` size (1.2M,
+    # between micro and small) at micro's 600 steps.
+    "micro_b900": OrganismSpec(pretrain_length_chunks=4, teacher_steps=1600, base_steps=900),
+    "micro_b1200": OrganismSpec(pretrain_length_chunks=4, teacher_steps=1600, base_steps=1200),
+    "mini_b600": OrganismSpec(student="mini", pretrain_length_chunks=4, teacher_steps=1600),
 }

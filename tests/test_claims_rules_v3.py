@@ -172,3 +172,12 @@ def test_seeds_are_told_apart_by_their_weights_where_rows_carry_them():
     # runs saved before rules v3 carry no weights: identical values stand in for identical weights
     old = [{k: v for k, v in r.items() if k != "weights"} for r in rows(["a1", "b2", "c3"])]
     assert decide_v3(rule, *tables(old)).verdict is INC
+
+
+def test_c19_asks_that_sft_learns_in_the_window_not_only_that_it_moved():
+    """SFT 20 points below its start and 10 above its projected arm: "degrades SFT" says nothing of a window that
+    taught SFT nothing, so the rule is UNDEFINED, not REPRODUCED."""
+    rule = CLAIMS["C19"].rules_for(3)[1]
+    rows = [r for s in range(3) for r in (row("sft_start", s, 100 + s), row("sft", s, 60 + s), row("sft_projk", s, 40 + s))]
+    result = decide_v3(rule, *tables(rows))
+    assert result.verdict is UND and "sft.in_domain - sft_start.in_domain > 2" in result.note

@@ -142,6 +142,14 @@ def t_interval(values: Sequence[float], level: float = LEVEL) -> Estimate:
     return Estimate(mean, mean - half, mean + half, int(x.size), 0, SEED_T_LABEL)
 
 
+def seeds_by_problems(per_problem: np.ndarray, caller: str) -> np.ndarray:
+    """``per_problem`` as a float64 (seeds, problems) array; a ValueError from ``caller`` for any other shape."""
+    d = np.asarray(per_problem, dtype=np.float64)
+    if d.ndim != 2 or d.size == 0:
+        raise ValueError(f"{caller} needs an (seeds, problems) array, got shape {d.shape}")
+    return d
+
+
 def cochran_cox(mean: float, v_seed: float, seeds: int, v_problem: float, problems: int, level: float,
                 method: str) -> Estimate:
     """``mean +- q sqrt(V)``, ``V = v_seed + v_problem`` (> 0) and Cochran and Cox's critical value
@@ -159,9 +167,7 @@ def two_level_interval(per_problem: np.ndarray, level: float = LEVEL, center: fl
     variance ``V = v_seed + v_problem = s2(row means)/n + s2(column means)/m`` and Cochran-Cox's
     ``q = (v_seed t(level, n-1) + v_problem t(level, m-1)) / V`` (module docstring). ``center``: the mean as the per-seed values give it (the same number, rounded as they
     were), default the array's mean. One seed has no interval; a non-finite entry makes every field NaN."""
-    d = np.asarray(per_problem, dtype=np.float64)
-    if d.ndim != 2 or d.size == 0:
-        raise ValueError(f"two_level_interval needs an (seeds, problems) array, got shape {d.shape}")
+    d = seeds_by_problems(per_problem, "two_level_interval")
     n, m = d.shape
     if not np.all(np.isfinite(d)):
         return _nan_estimate(n, m, T_LABEL)
@@ -200,9 +206,7 @@ def floored_interval(per_problem: np.ndarray, seeds: int | None = None, paired: 
     difference of two arms) over
     ``seeds`` distinct rows. Fewer than 2 effective seeds (or problems) give no interval; a non-finite entry makes every
     field NaN."""
-    d = np.asarray(per_problem, dtype=np.float64)
-    if d.ndim != 2 or d.size == 0:
-        raise ValueError(f"floored_interval needs an (seeds, problems) array, got shape {d.shape}")
+    d = seeds_by_problems(per_problem, "floored_interval")
     n, m = d.shape
     seeds = n if seeds is None else seeds
     if not 1 <= seeds <= n:

@@ -6,7 +6,7 @@ import sys
 import nox
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # the tolerances below live in the library
-from ablations.claims import calibration_of, is_recipe_scale, scale_profile  # noqa: E402  (plain tables: imports before the venv exists)
+from ablations.claims import REFERENCE_SCALE, SCALE_NAMES, calibration_of, is_recipe_scale, scale_profile  # noqa: E402  (plain tables: imports before the venv exists)
 from opsft.claims.compare import CI_TOLERANCES  # noqa: E402  (stdlib only: imports before the venv exists)
 
 nox.options.sessions = ["tests", "lint"]
@@ -41,15 +41,24 @@ def tests(session: nox.Session) -> None:
                     env={"OPSFT_SCORING_CROSS_CHECK": "1"})
 
 
-# The reference scale: the `small` student in the papers' regime. Its tables are results/; every other scale
-# (`full` on the micro organism, `ci`, `smoke`) writes beside them, so a quick run never overwrites the reference.
-REFERENCE = "regime"
+# The reference scale (issue 34): the micro_b1200 organism in the papers' regime, its whole job sized for 2 hours
+# on 2 cores (ablations/claims.py). Its tables are results/; every other scale (`regime`, the `small` student, a
+# cluster's job; `full`, `ci`, `smoke`) writes beside them, so no other run overwrites the reference.
+REFERENCE = REFERENCE_SCALE
 
 
 def scale_outputs(scale: str) -> tuple[str, str]:
     """Results folder and claims storage of a scale: ``results`` for the reference scale, ``results/<scale>``
     for the others; claims runs are saved under ``.claims/<scale>``."""
     return ("results" if scale == REFERENCE else f"results/{scale}", f".claims/{scale}")
+
+
+def scale_argument(session: nox.Session) -> str:
+    """The scale given after `--` (default the reference scale); one line naming the scales when it is none."""
+    scale = session.posargs[0] if session.posargs else REFERENCE
+    if scale not in SCALE_NAMES:
+        session.error(f"unknown scale {scale!r} after `--`; choose one of {', '.join(SCALE_NAMES)}")
+    return scale
 
 
 def run_claims(session: nox.Session, scale: str, *extra: str) -> None:
@@ -61,9 +70,9 @@ def run_claims(session: nox.Session, scale: str, *extra: str) -> None:
 
 @nox.session(default=False)
 def claims(session: nox.Session) -> None:
-    """Every claim test at the scale given after `--` (default: the reference scale, `regime`)."""
+    """Every claim test at the scale given after `--` (default: the reference scale, `reference`)."""
+    scale = scale_argument(session)
     install_project(session)
-    scale = session.posargs[0] if session.posargs else REFERENCE
     run_claims(session, scale, *session.posargs[1:])
 
 
@@ -82,12 +91,12 @@ def calibration_args(scale: str) -> list[str]:
 
 @nox.session(default=False)
 def ablations(session: nox.Session) -> None:
-    """The main job at a scale (after `--`, default the reference `regime`): first every run it needs, trained
+    """The main job at a scale (after `--`, default the reference scale, `reference`): first every run it needs, trained
     by `opsft execute` (the plan's order, one worker process per CPU, progress with an ETA), then from the cache
     the organism regime calibration, every claim, and the regime map. At a recipe scale (`paper`,
     `paper-tiny`) the claims alone: the calibration and the map are grids over the organism."""
+    scale = scale_argument(session)
     install_project(session)
-    scale = session.posargs[0] if session.posargs else REFERENCE
     jobs = worker_count()
     results = scale_outputs(scale)[0]
     recipe = is_recipe_scale(scale_profile(scale))

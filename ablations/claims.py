@@ -9,9 +9,12 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from ablations.calibration import GRID, LONG_SFT, SCALES
+from ablations.calibration import CANDIDATE_BEST, GRID, LONG_SFT, SCALES
 
-SCALE_NAMES = ("smoke", "ci", "full", "regime", "paper", "paper-tiny")
+SCALE_NAMES = ("smoke", "ci", "full", "reference", "regime", "paper", "paper-tiny")
+# The reference scale (issue 34): the default of `nox -s ablations`, `opsft plan / execute / map`; its pages are
+# results/ itself (every other scale writes results/SCALE).
+REFERENCE_SCALE = "reference"
 
 # The calibration row claims train at (organism x precision x learning rates): fp32 masters, lr 1e-6 / 1e-5,
 # the row whose bf16-visible update shares come closest to GEO Table 1 (results/organism.md: GRPO 20.7%,
@@ -30,6 +33,20 @@ ROW = GRID[0]
 _REGIME = {**SCALES["full"], "suite": "full", "organisms": ("small",), "row": LONG_SFT[0], "rows": LONG_SFT,
            "seeds": (0, 1, 2, 3, 4), "eval_n": 1000}
 
+# `reference`: the reference scale, the default of `nox -s ablations` (issue 34: the whole job, calibration, every
+# claim, the map and every page, in 2 hours on 2 cores from an empty cache). The organism candidate chosen in the
+# open on results/organism.md ("Candidates for the reference scale"): micro_b1200, the micro organism with its base
+# pretrained 1200 steps, whose base samples about 43% of its training answers right, where GRPO's signal p(1-p)
+# peaks; at five seeds it meets all three regime conditions (GRPO 18.7% visible, +2.6 [1.9, 3.3]; SFT 98.8%,
+# +8.2 [7.1, 9.3]; SFT takes the held-out mean from 54.2 to 5.7). The row: `regime`'s shape (GRPO and OPD 100
+# steps at lr 1e-6, SFT 400 steps, 4096 problems) at SFT lr 3e-4 (at 1e-4 this SFT does not learn in 400 steps,
+# nor in 200 at 3e-4, nor at batch 32 at 3e-4 or 1e-3: probes of this session, results/organism.md). The sweeps
+# over rows (X05, X06) train the row alone, the map's main cell, so X05's arms are the map's own runs (the map
+# sweeps the learning rate: ablations/regime_map.py, REFERENCE_GRID). Sizes are the `candidates` calibration's:
+# 5 seeds, 1000 held-out problems a family.
+_REFERENCE = {**SCALES["candidates"], "suite": "full", "organisms": ("micro_b1200",), "row": CANDIDATE_BEST[0],
+              "rows": (CANDIDATE_BEST[0],)}
+
 # `paper` / `paper-tiny`: the claims train a recipe's runs (recipes/*.toml, opsft.recipes) from Hugging Face model
 # folders and score them with the real benchmarks (opsft.evals.paper). `paper` takes the recipe named by
 # $OPSFT_RECIPE and the folders under $OPSFT_MODELS / $OPSFT_DATA; `paper-tiny` runs recipes/paper-tiny.toml on
@@ -44,7 +61,10 @@ _PAPER_TINY = {"seeds": (0, 1), "recipe": "paper-tiny", "stand_ins": True, "clai
 
 # What `opsft calibrate` computes before the claims of a scale (the main job, `opsft plan`): the scale's own
 # calibration, except at `regime`, whose claims train at the `small` long_sft rows of the `full` calibration.
-CALIBRATION: dict[str, dict[str, Any]] = {"regime": {"scale": "full", "organisms": ("small",), "groups": ("long_sft",)}}
+CALIBRATION: dict[str, dict[str, Any]] = {
+    "regime": {"scale": "full", "organisms": ("small",), "groups": ("long_sft",)},
+    "reference": {"scale": "candidates", "organisms": ("micro_b1200",), "groups": ("candidate_best",)},
+}
 
 
 def calibration_of(name: str) -> dict[str, Any]:
@@ -63,6 +83,8 @@ def scale_profile(name: str) -> dict[str, Any]:
         return dict(_PAPER_TINY)
     if name == "regime":
         return dict(_REGIME)
+    if name == "reference":
+        return dict(_REFERENCE)
     try:
         return {**SCALES[name], "suite": name}
     except KeyError:

@@ -146,7 +146,7 @@ def add_recipe_command(sub: argparse._SubParsersAction) -> None:
 
 def add_claims_commands(sub: argparse._SubParsersAction) -> None:
     """``opsft claims list|compare`` (opsft.claims.commands) and ``opsft map`` (opsft.claims.regime_map)."""
-    from ablations.claims import SCALE_NAMES  # plain tables, no torch
+    from ablations.claims import REFERENCE_SCALE, SCALE_NAMES  # plain tables, no torch
 
     parser = sub.add_parser("claims", help="saved claims runs: list them, compare two, decide them again")
     verbs = parser.add_subparsers(dest="verb", required=True)
@@ -168,7 +168,7 @@ def add_claims_commands(sub: argparse._SubParsersAction) -> None:
         p.add_argument("--storage", type=Path, default=Path(".claims"), help="claims storage (default .claims)")
         p.set_defaults(func=lazy("opsft.claims.commands", f"cmd_{verb}"))
     m = sub.add_parser("map", help="the regime map: the OPSFT family over SFT learning rate x constrained steps")
-    m.add_argument("--scale", choices=SCALE_NAMES, default="regime")
+    m.add_argument("--scale", choices=SCALE_NAMES, default=REFERENCE_SCALE)
     m.add_argument("-o", "--output", type=Path, default=Path("results/map"))
     m.add_argument("--cell", action="append", default=[], help="only this cell, e.g. lr1e-04 (repeatable)")
     m.add_argument("--seed", action="append", type=int, default=[], help="only this seed (repeatable)")
@@ -185,12 +185,12 @@ def cmd_map(args: argparse.Namespace) -> int:
 
 def add_plan_commands(sub: argparse._SubParsersAction) -> None:
     """``opsft plan`` and ``opsft execute`` over a main job's runs (opsft.plan, opsft.execute)."""
-    from ablations.claims import SCALE_NAMES  # plain tables, no torch
+    from ablations.claims import REFERENCE_SCALE, SCALE_NAMES  # plain tables, no torch
 
     plan = sub.add_parser("plan", help="every run a main job needs (calibration, claims, map): parents, cache, cost")
     execute = sub.add_parser("execute", help="train the runs a main job still needs, locally or on a Ray cluster")
     for p in (plan, execute):
-        p.add_argument("--scale", choices=SCALE_NAMES, default="regime")
+        p.add_argument("--scale", choices=SCALE_NAMES, default=REFERENCE_SCALE)
         p.add_argument("-k", help="only the claim tests this pytest -k expression selects")
         p.add_argument("--suite", default="suite", help="the claim tests' folder (default: suite)")
         p.add_argument("--no-calibration", action="store_true", help="leave the calibration's runs out")

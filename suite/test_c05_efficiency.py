@@ -15,10 +15,9 @@ trained each run, under that machine's load.
 import pytest
 
 from opsft.claims.arms import (
-    PAPER_SFT_STEPS_PER_GRPO_STEP,
     baseline,
-    lengthened,
     opsft_recipe,
+    paper_sft_length,
     with_objective,
 )
 from opsft.claims.measure import accuracies
@@ -30,7 +29,7 @@ def arms(scale_name, scale, seed):
     """The runs: the calibration's GRPO run, SFT and DFT lengthened to the paper's 700 : 100, and OPSFT with v
     from that GRPO run at half its steps (``opsft_recipe``)."""
     grpo, sft = baseline("grpo", scale, seed), baseline("sft", scale, seed)
-    long_sft = lengthened(sft, PAPER_SFT_STEPS_PER_GRPO_STEP)
+    long_sft = paper_sft_length(sft, grpo)
     return {"grpo": grpo, "sft": long_sft, "dft": with_objective(long_sft, "dft"),
             "opsft": opsft_recipe(sft, grpo, "sign")}
 

@@ -11,7 +11,7 @@ of the whole GRPO update (base -> GRPO's final weights, the "original v").
 
 import pytest
 
-from opsft.claims.arms import PAPER_SFT_STEPS_PER_GRPO_STEP, baseline, constrained, continued, lengthened
+from opsft.claims.arms import baseline, constrained, continued, paper_sft_length
 from opsft.claims.measure import accuracies
 from opsft.pretraining import build_organism
 
@@ -20,7 +20,7 @@ def arms(scale_name, scale, seed):
     """The runs: the calibration's GRPO run, and lengthened SFT continued from it, unconstrained and under the sign
     of its whole update."""
     grpo, sft = baseline("grpo", scale, seed), baseline("sft", scale, seed)
-    sft_cont = continued(lengthened(sft, PAPER_SFT_STEPS_PER_GRPO_STEP), grpo)
+    sft_cont = continued(paper_sft_length(sft, grpo), grpo)
     return {"grpo": grpo, "sft_cont": sft_cont,
             "opsft_cont": constrained(sft_cont, grpo, "sign", direction_step=None)}
 

@@ -19,13 +19,12 @@ import statistics
 import pytest
 
 from opsft.claims.arms import (
-    PAPER_SFT_STEPS_PER_GRPO_STEP,
     baseline,
     constrained,
     continued,
-    lengthened,
     on_family,
     opsft_recipe,
+    paper_sft_length,
 )
 from opsft.claims.measure import code_accuracies
 from opsft.pretraining import build_organism
@@ -36,7 +35,7 @@ def arms(scale_name, scale, seed):
     lengthened SFT continued from GRPO, unconstrained and under the sign of its whole update."""
     grpo = on_family(baseline("grpo", scale, seed), "code")
     sft = on_family(baseline("sft", scale, seed), "code")
-    sft_cont = continued(lengthened(sft, PAPER_SFT_STEPS_PER_GRPO_STEP), grpo)
+    sft_cont = continued(paper_sft_length(sft, grpo), grpo)
     return {"sft": sft, "grpo": grpo, "opsft": opsft_recipe(sft, grpo, "sign"), "sft_cont": sft_cont,
             "opsft_cont": constrained(sft_cont, grpo, "sign", direction_step=None)}
 

@@ -25,30 +25,29 @@ row carry the row in their name (``sign_bf16_lr3e-05``).
 
 import pytest
 
-from opsft.claims.arms import baseline, constrained, grid_rows, row_label
+from ablations.regime_map import HORIZON_FRACTIONS
+from opsft.claims.arms import baseline, grid_rows, masked_family, row_label, with_horizons
 from opsft.claims.measure import accuracies
 from opsft.claims.travel import agreement_on_support, distance, drifted, pattern_stable_rank, share_along
 from opsft.constraints import build_masks
 from opsft.directions import extract
 from opsft.pretraining import build_organism
 
-
-def masked_arms(sft, grpo, seed: int) -> dict:
-    """SFT and the four masked variants of it, keyed by arm name."""
-    return {"sft": sft, "sign": constrained(sft, grpo, "sign"),
-            "sign_update": constrained(sft, grpo, "sign-update"),
-            "random_sign": constrained(sft, grpo, "random-sign", seed=seed),
-            "location": constrained(sft, grpo, "location")}
+# X05's arms by their names in the map's family (``masked_family``): the same runs as the map's cell at each row.
+FAMILY_NAMES = {"sft": "sft", "opsft": "sign", "sign_update": "sign_update", "random_sign": "random_sign",
+                "location": "location"}
 
 
 def arms(scale_name, scale, seed):
-    """The runs, per calibration row (arm names end in its ``row_label``): the row's GRPO (v's source), its SFT and
-    SFT under the four masks (``masked_arms``)."""
+    """The runs, per calibration row (arm names end in its ``row_label``): the row's GRPO (v's source), its SFT
+    snapshotted at the map's horizons and SFT under the four masks: the map's own runs for that row
+    (``masked_family``)."""
     out = {}
     for row in grid_rows(scale_name, scale):
         grpo, sft = baseline("grpo", scale, seed, row), baseline("sft", scale, seed, row)
+        family = masked_family(with_horizons(sft, HORIZON_FRACTIONS[:-1]), grpo, seed)
         label = row_label(row, scale)
-        out |= {f"grpo{label}": grpo, **{arm + label: cfg for arm, cfg in masked_arms(sft, grpo, seed).items()}}
+        out |= {f"grpo{label}": grpo, **{name + label: family[arm] for arm, name in FAMILY_NAMES.items()}}
     return out
 
 

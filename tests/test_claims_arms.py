@@ -12,9 +12,9 @@ from opsft.claims.arms import (
     constrained,
     continued,
     grid_rows,
-    lengthened,
     on_family,
     opsft_recipe,
+    paper_sft_length,
     row_label,
     split_at,
     with_objective,
@@ -50,13 +50,14 @@ def test_opsft_recipe_trains_the_source_runs_length_and_is_constrained_where_sft
     assert arm.constraint == constrained(sft, grpo, "location", seed=3).constraint and arm.source == sft.source
 
 
-def test_lengthened_keeps_snapshots_at_the_same_fractions():
-    sft = baseline("sft", FULL, 0)
-    long = lengthened(sft, 7)
-    assert long.steps == 7 * sft.steps
+def test_paper_sft_length_is_seven_on_policy_runs_at_the_same_fractions():
+    grpo, sft = baseline("grpo", FULL, 0), baseline("sft", FULL, 0)
+    long = paper_sft_length(sft, grpo)
+    assert long.steps == 7 * grpo.steps == 700
     assert [s / long.steps for s in long.snapshot_steps] == [s / sft.steps for s in sft.snapshot_steps]
-    with pytest.raises(ValueError, match="factor"):
-        lengthened(sft, 0)
+    regime = scale_profile("regime")
+    grpo, sft = baseline("grpo", regime, 0), baseline("sft", regime, 0)
+    assert (sft.steps, paper_sft_length(sft, grpo).steps) == (400, 700)  # the paper's 700 : 100, not 7 x 400
 
 
 def test_one_field_builders_change_only_their_field():

@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ablations.calibration import GRID
 from ablations.claims import claims_row, is_recipe_scale, organism
+from ablations.regime_map import MODES, SEEDED_MODES
 from opsft.calibrate import method_config
 from opsft.config import ConstraintConfig, RunConfig
 
@@ -89,12 +90,33 @@ def opsft_arm(sft: RunConfig, grpo: RunConfig, scale: Mapping[str, Any]) -> RunC
     return opsft_recipe(sft, grpo, "sign")
 
 
-def lengthened(config: RunConfig, factor: int) -> RunConfig:
-    """``config`` trained ``factor`` times as many steps, its snapshots at the same fractions of the run."""
-    if factor < 1:
-        raise ValueError(f"lengthened: factor must be >= 1, got {factor}")
-    return dataclasses.replace(config, steps=config.steps * factor,
-                               snapshot_steps=tuple(s * factor for s in config.snapshot_steps))
+def paper_sft_length(sft: RunConfig, grpo: RunConfig) -> RunConfig:
+    """``sft`` trained for the paper's 700 steps against GRPO's 100 (OPSFT Tables 2 and 3):
+    ``PAPER_SFT_STEPS_PER_GRPO_STEP`` x ``grpo.steps`` steps, snapshots at the same fractions of the run as
+    ``sft``'s. The ratio is to the on-policy run, not to SFT's own length: where the calibration's SFT already
+    trains longer than GRPO (``regime``, ``reference``: 400 against 100) the paper's SFT is still 700, not 2800."""
+    steps = PAPER_SFT_STEPS_PER_GRPO_STEP * grpo.steps
+    snapshots = tuple(sorted({round(s * steps / sft.steps) for s in sft.snapshot_steps} - {0, steps}))
+    return dataclasses.replace(sft, steps=steps, snapshot_steps=snapshots)
+
+
+def with_horizons(config: RunConfig, fractions: Sequence[float]) -> RunConfig:
+    """``config`` also snapshotted at each of ``fractions`` of its length (at least step 1; its own snapshots
+    kept), so that shorter horizons are read off one run (at a constant rate a horizon's snapshot is the shorter
+    run's final weights: ``opsft.claims.regime_map.prefix_check``)."""
+    extra = {max(1, round(f * config.steps)) for f in fractions}
+    return dataclasses.replace(config, snapshot_steps=tuple(sorted((set(config.snapshot_steps) | extra)
+                                                                   - {config.steps})))
+
+
+def masked_family(sft: RunConfig, grpo: RunConfig, seed: int, rule: str = "bf16") -> dict[str, RunConfig]:
+    """SFT and SFT under each mask of the OPSFT family (``ablations.regime_map.MODES``: OPSFT's sign rule, the
+    ratchet-free sign-update, random signs on v's support, v's locations, random locations), v from ``grpo`` at
+    half its steps under v rule ``rule``; the random masks drawn with ``seed``. The map's cells and X05 build
+    their arms here, so that the same row trains the same runs for both."""
+    return {"sft": sft, **{arm: constrained(sft, grpo, mode, rule=rule,
+                                            **({"seed": seed} if mode in SEEDED_MODES else {}))
+                           for arm, mode in MODES.items()}}
 
 
 def with_objective(config: RunConfig, name: str) -> RunConfig:

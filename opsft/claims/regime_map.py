@@ -22,7 +22,7 @@ import torch
 
 from ablations import regime_map as grid
 from ablations.claims import claims_row
-from opsft.claims.arms import baseline, constrained
+from opsft.claims.arms import baseline, masked_family, with_horizons
 from opsft.claims.drift_law import lr_sum
 from opsft.claims.fit import scored_gap
 from opsft.claims.measure import accuracies
@@ -52,12 +52,28 @@ class Cell:
         return f"lr{self.lr:.0e}{cosine}{rule}"
 
 
-def grid_cells() -> tuple[Cell, ...]:
-    """Every cell: each constant learning rate with the reference v rule, the main rate with each other v rule,
-    and the recipe's cosine schedule."""
-    constant = tuple(Cell(lr) for lr in grid.LEARNING_RATES)
-    rules = tuple(Cell(grid.MAIN_LR, rule=r) for r in grid.V_RULES if r != grid.REFERENCE_RULE)
-    return (*constant, *rules, Cell(grid.COSINE["lr"], schedule=grid.COSINE["schedule"]))
+def grid_cells(scale_name: str) -> tuple[Cell, ...]:
+    """Every cell of the scale's grid (``ablations.regime_map.grid_of``): each constant learning rate with the
+    reference v rule, the main rate with each other v rule, and the cosine schedule."""
+    cfg = grid.grid_of(scale_name)
+    constant = tuple(Cell(lr) for lr in cfg["lrs"])
+    rules = tuple(Cell(cfg["main_lr"], rule=r) for r in cfg["rules"] if r != grid.REFERENCE_RULE)
+    return (*constant, *rules, Cell(cfg["cosine_lr"], schedule=grid.COSINE["schedule"]))
+
+
+def main_cell(scale_name: str) -> Cell:
+    """The scale's main cell: its main rate under the reference v rule (the claims' row; the drift law's fit)."""
+    return Cell(grid.grid_of(scale_name)["main_lr"])
+
+
+def cell_seeds(scale_name: str, scale: Mapping[str, Any], cell: Cell) -> tuple[int, ...]:
+    """The seeds a cell trains: the scale's, except that a grid with ``side_seeds`` trains only those in the cells
+    no claim shares (a constant rate that is none of the scale's rows' SFT rates, the cosine cell, another v
+    rule)."""
+    side = grid.grid_of(scale_name).get("side_seeds")
+    shared = cell.schedule == "constant" and cell.rule == grid.REFERENCE_RULE and cell.lr in {
+        row["lr_sft"] for row in scale.get("rows", (claims_row(dict(scale)),))}
+    return tuple(scale["seeds"]) if side is None or shared else tuple(side)
 
 
 def horizons(cell: Cell, steps: int) -> tuple[int, ...]:
@@ -69,32 +85,21 @@ def horizons(cell: Cell, steps: int) -> tuple[int, ...]:
 
 
 def cell_runs(cell: Cell, scale: Mapping[str, Any], seed: int) -> tuple[RunConfig, dict[str, RunConfig]]:
-    """The GRPO run that supplies v (the scale's claims row, v at half its steps) and each trained arm's config:
-    SFT at the cell's learning rate and schedule, snapshotted at every horizon, and its constrained variants."""
+    """The GRPO run that supplies v (the scale's claims row, v at half its steps) and each trained arm's config
+    (``masked_family``): SFT at the cell's learning rate and schedule, snapshotted at every horizon beside its
+    own snapshots, and its constrained variants."""
     row = {**claims_row(dict(scale)), "lr_sft": cell.lr}
     grpo = baseline("grpo", scale, seed, row)
     sft = baseline("sft", scale, seed, row)
-    optim = dataclasses.replace(sft.optim, lr=cell.lr, schedule=cell.schedule,
-                                warmup_frac=grid.COSINE["warmup_frac"] if cell.schedule != "constant" else 0.0,
-                                min_lr_ratio=grid.COSINE["min_lr_ratio"] if cell.schedule != "constant"
-                                else sft.optim.min_lr_ratio)
-    sft = dataclasses.replace(sft, optim=optim, snapshot_steps=horizons(cell, sft.steps)[:-1])
-    arms = {"sft": sft, **{arm: constrained(sft, grpo, mode, seed=seed, rule=cell.rule)
-                           for arm, mode in grid.MODES.items()}}
-    return grpo, arms
+    if cell.schedule != "constant":
+        optim = dataclasses.replace(sft.optim, lr=cell.lr, **grid.COSINE)
+        sft = dataclasses.replace(sft, optim=optim)
+    return grpo, masked_family(with_horizons(sft, grid.HORIZON_FRACTIONS[:-1]), grpo, seed, cell.rule)
 
 
 def prefix_config(sft: RunConfig, horizon: int) -> RunConfig:
     """``sft`` trained for ``horizon`` steps only: at a constant rate, the prefix of the full run."""
     return dataclasses.replace(sft, steps=horizon, snapshot_steps=())
-
-
-def diverged_at(metrics: list[Mapping[str, Any]]) -> int | None:
-    """The first step (1-based) whose loss is not finite, or None."""
-    for step, m in enumerate(metrics, start=1):
-        if "loss" in m and not math.isfinite(float(m["loss"])):
-            return step
-    return None
 
 
 def max_abs_difference(a: Path, b: Path) -> float:
@@ -127,7 +132,7 @@ def measure_cell(cell: Cell, scale: Mapping[str, Any], seed: int, run: Callable[
     step = arms["opsft"].constraint.direction_step
     v = extract(source.snapshot(0), source.snapshot(step), rule=cell.rule, step=step)
     random_signs = build_masks("random-sign", v, None, seed)
-    diverged = {arm: s for arm, r in results.items() if (s := diverged_at(r.metrics)) is not None}
+    diverged = {arm: r.diverged for arm, r in results.items() if r.diverged is not None}  # opsft.runs
     base = accuracies(org.base, org.tokenizer, scale)
     grpo_acc = accuracies(source.load_model(), org.tokenizer, scale)
     rows, fit = [], [(base["train_set"], base["in_domain"])]
@@ -203,8 +208,8 @@ def map_configs(scale_name: str) -> list[tuple[str, RunConfig]]:
     from ablations.claims import scale_profile
 
     scale, out = scale_profile(scale_name), []
-    for cell in grid_cells():
-        for seed in scale["seeds"]:
+    for cell in grid_cells(scale_name):
+        for seed in cell_seeds(scale_name, scale, cell):
             grpo, arms = cell_runs(cell, scale, seed)
             short = prefix_run(cell, scale, seed) if seed == 0 else None
             out += [(f"map {cell.label} seed{seed}", cfg) for cfg in (grpo, *arms.values(), short) if cfg is not None]
@@ -249,16 +254,18 @@ def run_map(scale_name: str, out: Path, labels: tuple[str, ...] = (), seeds: tup
     from opsft.threads import pinned_threads
 
     scale = scale_profile(scale_name)
-    cells = [c for c in grid_cells() if not labels or c.label in labels]
-    unknown = set(labels) - {c.label for c in grid_cells()}
+    every = grid_cells(scale_name)
+    cells = [c for c in every if not labels or c.label in labels]
+    unknown = set(labels) - {c.label for c in every}
     if unknown:
-        raise ValueError(f"unknown map cell(s) {sorted(unknown)}; cells: {', '.join(c.label for c in grid_cells())}")
-    todo = [(c, s) for c in cells for s in (seeds or scale["seeds"])]
+        raise ValueError(f"unknown map cell(s) {sorted(unknown)} at scale {scale_name!r}; cells: "
+                         f"{', '.join(c.label for c in every)}")
+    todo = [(c, s) for c in cells for s in (seeds or cell_seeds(scale_name, scale, c))]
     records, start = [], time.monotonic()
     with pinned_threads():
         for done, (cell, seed) in enumerate(todo, start=1):
             records.append(measured(out, cell, scale, seed, run or cached_run))
             spent = time.monotonic() - start
             print(f"map: {progress_text(done, len(todo), spent, 'cell')} ({cell.label} seed {seed})", flush=True)
-    write_map(out, records, Cell(grid.MAIN_LR).label)
+    write_map(out, records, main_cell(scale_name).label)
     return records

@@ -9,7 +9,8 @@ share the cache's digest-keyed file locks, so a run is never trained twice (the 
 
 Faults: a task whose worker process dies (killed, out of memory, node lost) is retried up to ``retries`` times by
 Ray and resumes from the run's last checkpoint, so its final weights are an uninterrupted run's; a run that
-raises is not retried (the same config would raise again) and stops the execution with its error. Without
+raises is not retried (the same config would raise again): a diverged run (``opsft.runs.DivergedRunError``) is
+cached as such and the execution goes on without it and its children, any other error stops the execution. Without
 ``--address`` a new local Ray instance is started with ``cpus`` CPUs; with one (``HOST:PORT`` from a Ray node,
 ``ray://HOST:10001`` from elsewhere), the address is checked to answer before Ray is imported and asked to
 connect, so a dead address is one error within ``CONNECT_TIMEOUT`` seconds.
@@ -122,7 +123,7 @@ def train_with_torchrun(config: RunConfig, cache: Path, nproc: int, strategy: st
     """The Ray task of a recipe run: its torchrun job on this node's ``nproc`` GPUs, logging to the run folder's
     ``torchrun.log`` (the job resumes from the run's last checkpoint and returns at once when the run is cached);
     its wall time and the node it ran on. A failed job, or one that leaves no verified result, raises
-    ``TorchrunFailed``."""
+    ``TorchrunFailed``; a run cached as diverged, ``opsft.runs.DivergedRunError``."""
     import ray
 
     from opsft.io import read_verified_manifest
@@ -141,7 +142,7 @@ def train_with_torchrun(config: RunConfig, cache: Path, nproc: int, strategy: st
                              f"(log: {folder / 'torchrun.log'}):\n{tail}")
     if read_verified_manifest(folder / "result.json", "run cache") is None:
         raise TorchrunFailed(f"run {config.digest()}: torchrun exited 0 but left no verified result.json in {folder}")
-    return run(config, cache).wall_time, ray.get_runtime_context().get_node_id()
+    return run(config, cache).completed().wall_time, ray.get_runtime_context().get_node_id()
 
 
 class RayWorkers:

@@ -7,6 +7,10 @@ result) when that parent finishes. Workers train through ``opsft.runs.run``, who
 keeps two executors (or a claims session) from training one run twice, and whose result file is written last and
 atomically: stopping the executor (Ctrl-C) leaves every finished run cached and every unfinished one resumable
 from its last checkpoint. Each finished run prints a progress line: runs done and left, seconds per run, ETA.
+
+A run that diverges (a non-finite loss or gradient norm: ``opsft.runs`` caches it as diverged) does not stop the
+job: the runs that depend on it (start from it, take v from it, are staged after it), or on a run cached as
+diverged before, are blocked and not trained, each named in a line, and a last line counts both.
 """
 
 from __future__ import annotations
@@ -32,32 +36,73 @@ def config_to_train(run: PlannedRun, cache: Path | None) -> RunConfig:
     return run.staged.build(cached_run(run.staged.after, cache))
 
 
+def block_children(plan: Plan, todo: dict[str, PlannedRun], stopped: dict[str, tuple[str, int]],
+                   log: Callable[[str], None]) -> list[str]:
+    """Take out of ``todo`` every run that depends, through any chain of parents, on a run in ``stopped`` (key ->
+    digest and step of the diverged run that stops it), noting each in ``stopped`` and in a line; their keys."""
+    blocked: list[str] = []
+    while cut := {k: causes[0] for k, r in todo.items() if (causes := [stopped[p] for p in plan.parents_of(r)
+                                                                         if p in stopped])}:
+        for key, (digest, step) in cut.items():
+            del todo[key]
+            stopped[key] = (digest, step)
+            blocked.append(key)
+            log(f"execute: blocked {key[:16]} ({plan.runs[key].config.objective.name}): it depends on run "
+                f"{digest[:16]}, which diverged at step {step}; not trained")
+    return blocked
+
+
 def execute(plan: Plan, workers: Workers, log: Callable[[str], None] = print) -> int:
     """Train the plan's uncached runs on ``workers``, parents first, the longest remaining chain of work first
     among the ready ones, at most ``workers.slots`` at once. Returns the number of runs trained (or found
-    finished by another executor). A failed run stops the execution with its error."""
+    finished by another executor), diverged ones included. A diverged run (``opsft.runs.DivergedRunError``) blocks
+    the runs that depend on it and no other (``block_children``); any other failed run stops the execution with
+    its error."""
+    from opsft.runs import DivergedRunError, diverged_step
+
     priority = plan.chain_seconds("children")
     todo = {k: r for k, r in plan.runs.items() if not r.cached}
     finished = {k for k, r in plan.runs.items() if r.cached}
+    stopped = {k: (k, step) for k in finished if (step := diverged_step(k, workers.cache)) is not None}
     total, done, start = len(todo), 0, time.monotonic()
-    running: dict[Future, str] = {}
+    diverged: list[str] = []
+    blocked: list[str] = []
+    running: dict[Future, tuple[str, RunConfig]] = {}
     try:
         while todo or running:
+            blocked += block_children(plan, todo, stopped, log)
             ready = sorted((k for k, r in todo.items() if all(p in finished or p not in plan.runs
                                                               for p in plan.parents_of(r))),
                            key=lambda k: -priority[k])
             for key in ready[:max(0, workers.slots - len(running))]:
-                running[workers.submit(config_to_train(todo.pop(key), workers.cache))] = key
+                config = config_to_train(todo.pop(key), workers.cache)
+                running[workers.submit(config)] = (key, config)
             if not running:
-                raise RuntimeError(f"plan has runs whose parents never finish: {sorted(todo)[:3]}")
+                if todo:
+                    raise RuntimeError(f"plan has runs whose parents never finish: {sorted(todo)[:3]}")
+                break
             for future in wait(running, return_when=FIRST_COMPLETED)[0]:
-                key = running.pop(future)
-                future.result()
+                key, config = running.pop(future)
+                try:
+                    future.result()
+                    outcome = ""
+                except DivergedRunError as err:
+                    stopped[key] = (err.digest, err.step)
+                    if err.digest != config.digest():  # a parent outside the plan diverged
+                        blocked.append(key)
+                        log(f"execute: blocked {key[:16]} ({config.objective.name}): {err}; not trained")
+                        continue
+                    diverged.append(key)
+                    outcome = f", diverged at step {err.step}"
                 finished.add(key)
                 done += 1
                 cfg = plan.runs[key].config
                 log(f"execute: {progress_text(done, total, time.monotonic() - start, 'run')} (last: {key[:16]} "
-                    f"{cfg.objective.name} {cfg.steps} steps)")
+                    f"{cfg.objective.name} {cfg.steps} steps{outcome})")
+        if diverged or blocked:
+            causes = sorted({stopped[k] for k in diverged + blocked})
+            log(f"execute: {len(diverged)} run(s) diverged (cached as diverged), {len(blocked)} run(s) blocked by a "
+                f"diverged run and not trained; diverged: {', '.join(f'{d[:16]} at step {s}' for d, s in causes)}")
     except BaseException as err:
         workers.cancel()
         if isinstance(err, KeyboardInterrupt):

@@ -6,6 +6,13 @@ Organisms are shared by every run cache (they live under ``$OPSFT_CACHE``). A ru
 ``checkpoint/`` while it trains, and ``result.json`` (written last, with file checksums, wall time and
 provenance). Work is done under a file lock, so pytest-xdist workers asking for the same run share it;
 a run killed mid-way resumes from its last checkpoint to the same final weights.
+
+A run whose loss or gradient norm goes non-finite (``NonFiniteLossError``) is finished as *diverged*: its
+``result.json`` records ``diverged_at_step`` and ``divergence`` (the message), ``metrics.jsonl`` ends with that
+step's non-finite line, and its snapshots before that step and its last checkpoint are kept. Training is
+deterministic, so it is never retrained: ``run`` returns the cached diverged result (``RunResult.diverged``), whose
+weights from the diverged step on (the final ones included) raise ``DivergedRunError``, as does training a run
+that starts from it or takes its v from it.
 """
 
 from __future__ import annotations
@@ -37,8 +44,21 @@ from opsft.sampling.base import Sampler
 from opsft.sampling.hf import HFSampler
 from opsft.sources import Example, RolloutSource, StaticSource
 from opsft.threads import pinned_threads
-from opsft.train import make_optimizer, make_scheduler, train
+from opsft.train import NonFiniteLossError, make_optimizer, make_scheduler, train
 from opsft.trajectories import teacher_trajectories
+
+
+class DivergedRunError(RuntimeError):
+    """Weights that a diverged run does not have were asked for: its final weights, a snapshot at or past the step
+    where it diverged, or the parent weights of a run that starts from it or takes its v from it. ``digest`` and
+    ``step`` name the diverged run and the step it diverged at."""
+
+    def __init__(self, digest: str, step: int, message: str):
+        super().__init__(message)
+        self.digest, self.step = digest, step
+
+    def __reduce__(self):
+        return type(self), (self.digest, self.step, str(self))
 
 
 def snapshot_name(step: int) -> str:
@@ -48,17 +68,32 @@ def snapshot_name(step: int) -> str:
 
 @dataclass
 class RunResult:
-    """A finished run: its folder, config, per-step metrics and wall time."""
+    """A finished run: its folder, config, per-step metrics and wall time; for a diverged run, ``diverged`` (the
+    step whose loss or gradient norm was non-finite) and ``divergence`` (the message)."""
 
     config: RunConfig
     folder: Path
     metrics: list[dict]
     wall_time: float
     cache: Path
+    diverged: int | None = None
+    divergence: str = ""
+
+    def completed(self) -> RunResult:
+        """This result, when the run trained all its steps; a ``DivergedRunError`` when it diverged."""
+        if self.diverged is not None:
+            raise DivergedRunError(self.config.digest(), self.diverged,
+                                   f"run {self.config.digest()} diverged at step {self.diverged}: {self.divergence}")
+        return self
 
     def snapshot(self, step: int | None = None) -> Path:
-        """Folder of the snapshot at ``step`` (None = the final weights)."""
+        """Folder of the snapshot at ``step`` (None = the final weights); a ``DivergedRunError`` for a step at or
+        past the one a diverged run diverged at."""
         step = self.config.steps if step is None else step
+        if self.diverged is not None and step >= self.diverged:
+            raise DivergedRunError(self.config.digest(), self.diverged,
+                                   f"run {self.config.digest()} diverged at step {self.diverged} ({self.divergence}): "
+                                   f"it has no weights at step {step}")
         path = self.folder / "snapshots" / snapshot_name(step)
         if not path.is_dir():
             have = sorted(p.name for p in (self.folder / "snapshots").iterdir())
@@ -71,7 +106,8 @@ class RunResult:
         return file_sha256(self.snapshot(step) / "model.safetensors")
 
     def load_model(self, step: int | None = None) -> PreTrainedModel:
-        """The model at ``step`` (None = final), in the run's precision."""
+        """The model at ``step`` (None = final), in the run's precision; a ``DivergedRunError`` for weights a
+        diverged run does not have (``snapshot``)."""
         model = initial_model(self.config, self.cache)
         load_weights(model, self.snapshot(step) / "model.safetensors")
         return model
@@ -209,10 +245,14 @@ class RunRecorder:
         """Seconds of training so far, across resumptions."""
         return time.perf_counter() - self.t0
 
-    def on_step_end(self, step: int, model, optimizer, metrics: dict) -> None:
-        """Record the step; snapshot and checkpoint when due."""
+    def append(self, metrics: dict) -> None:
+        """Append one step's metrics to ``metrics.jsonl``."""
         with open(self.metrics_path, "a", encoding="utf-8") as fh:
             fh.write(json.dumps(metrics) + "\n")
+
+    def on_step_end(self, step: int, model, optimizer, metrics: dict) -> None:
+        """Record the step; snapshot and checkpoint when due."""
+        self.append(metrics)
         if step in self.config.snapshot_steps or step == self.config.steps:
             save_snapshot(self.folder, model, step)
         if step % self.config.checkpoint_every == 0 and step < self.config.steps:
@@ -250,6 +290,9 @@ def _execute(config: RunConfig, folder: Path, cache: Path, progress: bool) -> di
         train(model, optimizer, source, make_objective(config.objective), steps=config.steps, start_step=start,
               scheduler=scheduler, grad_clip=config.optim.grad_clip, callbacks=[recorder], progress=progress,
               desc=f"{config.objective.name} {config.digest()}")
+    except NonFiniteLossError as err:
+        recorder.append(err.metrics)
+        return {"wall_time": recorder.wall(), "diverged_at_step": err.step, "divergence": str(err)}
     finally:
         if handle is not None:
             handle.remove()
@@ -257,10 +300,12 @@ def _execute(config: RunConfig, folder: Path, cache: Path, progress: bool) -> di
 
 
 def attach_constraint(config: RunConfig, model: torch.nn.Module, optimizer: torch.optim.Optimizer, cache: Path):
-    """Hook the config's constraint onto the optimizer (None for ``mode="none"``)."""
+    """Hook the config's constraint onto the optimizer (None for ``mode="none"``); a ``DivergedRunError`` when the
+    run that supplies v diverged."""
     if config.constraint.mode == "none":
         return None
-    return constraint_from_config(config.constraint, model, optimizer, run(config.constraint.direction_run, cache))
+    source = run(config.constraint.direction_run, cache).completed()
+    return constraint_from_config(config.constraint, model, optimizer, source)
 
 
 def _truncate_metrics(path: Path, step: int) -> None:
@@ -273,7 +318,9 @@ def _truncate_metrics(path: Path, step: int) -> None:
 
 def run(config: RunConfig, cache: Path | None = None, progress: bool = False) -> RunResult:
     """The result of ``config``: read from the cache when present and verified, else trained (resuming a
-    partial run), under a file lock keyed by the config digest."""
+    partial run), under a file lock keyed by the config digest. A run that diverges is cached as diverged (its
+    result's ``diverged`` step) and returned; a run whose parent diverged raises ``DivergedRunError`` and caches
+    nothing."""
     cache = cache or cache_root()
     folder = cache / "runs" / config.digest()
     folder.mkdir(parents=True, exist_ok=True)
@@ -284,12 +331,24 @@ def run(config: RunConfig, cache: Path | None = None, progress: bool = False) ->
             with pinned_threads():
                 info = _execute(config, folder, cache, progress)
             files = sorted(p.relative_to(folder).as_posix() for p in (folder / "snapshots").rglob("*.safetensors"))
-            result = {"digest": config.digest(), "wall_time": info["wall_time"], "provenance": provenance(),
+            result = {**info, "digest": config.digest(), "provenance": provenance(),
                       "sha256": {f: file_sha256(folder / f) for f in files}}
             atomic_write_json(folder / "result.json", result)
-            (folder / "checkpoint" / "state.pt").unlink(missing_ok=True)
+            if "diverged_at_step" in info:
+                print(f"run {config.digest()}: diverged at step {info['diverged_at_step']} ({info['divergence']}); "
+                      "cached as diverged, with the snapshots and the checkpoint taken before that step")
+            else:
+                (folder / "checkpoint" / "state.pt").unlink(missing_ok=True)
     metrics = [json.loads(ln) for ln in (folder / "metrics.jsonl").read_text().splitlines() if ln]
-    return RunResult(config, folder, metrics, result["wall_time"], cache)
+    return RunResult(config, folder, metrics, result["wall_time"], cache, result.get("diverged_at_step"),
+                     result.get("divergence", ""))
+
+
+def diverged_step(digest: str, cache: Path | None = None) -> int | None:
+    """The step at which the finished run ``digest`` in ``cache`` diverged, read from its ``result.json`` without
+    verifying its files; None when it trained all its steps or has no result."""
+    path = (cache or cache_root()) / "runs" / digest / "result.json"
+    return json.loads(path.read_text()).get("diverged_at_step") if path.is_file() else None
 
 
 def finished_fingerprints(cache: Path) -> dict[str, tuple[dict, list[dict]]]:

@@ -28,7 +28,16 @@ class Callback(Protocol):
 
 
 class NonFiniteLossError(RuntimeError):
-    """A loss or gradient norm became NaN/inf; the run stops and its last good checkpoint is kept."""
+    """A loss or gradient norm became NaN/inf at optimizer step ``step`` (1-based; that step is not taken);
+    ``metrics`` holds what the step measured, its non-finite value included. ``opsft.runs`` finishes such a run
+    as diverged."""
+
+    def __init__(self, message: str, step: int, metrics: dict):
+        super().__init__(message)
+        self.step, self.metrics = step, metrics
+
+    def __reduce__(self):
+        return type(self), (str(self), self.step, self.metrics)
 
 
 def make_optimizer(model: torch.nn.Module, cfg: OptimConfig) -> torch.optim.AdamW:
@@ -85,13 +94,15 @@ def train(
         logp = batch_logprobs(model, batch, length_chunks)  # (B, L-1)
         loss, metrics = objective(logp, batch)
         if not torch.isfinite(loss):
-            raise NonFiniteLossError(f"non-finite loss {loss.item()} at step {step + 1} ({desc})")
+            raise NonFiniteLossError(f"non-finite loss {loss.item()} at step {step + 1} ({desc})", step + 1,
+                                     {**metrics, "step": step + 1, "loss": loss.item()})
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         if grad_clip:
             norm = torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
             if not torch.isfinite(norm):
-                raise NonFiniteLossError(f"non-finite gradient norm at step {step + 1} ({desc})")
+                raise NonFiniteLossError(f"non-finite gradient norm at step {step + 1} ({desc})", step + 1,
+                                         {**metrics, "step": step + 1, "loss": loss.item(), "grad_norm": norm.item()})
             metrics["grad_norm"] = norm.item()
         optimizer.step()
         if scheduler is not None:

@@ -17,10 +17,11 @@ from opsft.config import RunConfig
 
 def train_in_worker(config: RunConfig, cache: Path | None = None) -> float:
     """Train (or read from ``cache``, default ``OPSFT_CACHE``) ``config``; its wall time. ``opsft.runs.run`` pins
-    one torch thread while it trains, so the weights do not depend on the worker."""
+    one torch thread while it trains, so the weights do not depend on the worker. A run that diverged (now or
+    before, cached as diverged), or whose parent did, raises ``opsft.runs.DivergedRunError``."""
     from opsft.runs import run
 
-    return run(config, cache).wall_time
+    return run(config, cache).completed().wall_time
 
 
 class Workers(Protocol):
@@ -31,7 +32,8 @@ class Workers(Protocol):
     cache: Path | None
 
     def submit(self, config: RunConfig) -> Future:
-        """Start training ``config``; the future's result is its wall time, its exception the run's error."""
+        """Start training ``config``; the future's result is its wall time, its exception the run's error
+        (``opsft.runs.DivergedRunError`` for a run that diverged, or whose parent did)."""
 
     def cancel(self) -> None:
         """Stop every run still training (a stopped run leaves its checkpoint and no result)."""

@@ -241,3 +241,45 @@ def test_a_claim_test_loads_only_its_declared_runs_and_every_one_of_them(pyteste
     unloaded = run(pytester, "--scale", "smoke")
     unloaded.stdout.fnmatch_lines(["*C02: declared arms ?'declared'? were never loaded*"])
     assert unloaded.ret == pytest.ExitCode.TESTS_FAILED
+
+
+# C02 whose SFT arm is a declared run: the recorded numbers as in CLAIM_TEST, after loading that run
+DIVERGING_TEST = CLAIM_TEST.replace('''def arms(scale_name, scale, seed):
+    return {{}}''', '''from ablations.calibration import GRID, SCALES
+from opsft.calibrate import method_config
+
+def arms(scale_name, scale, seed):
+    return {{"sft": method_config("sft", GRID[0], SCALES["smoke"], seed, "nano")}}''').replace(
+    '''def test_claim_sign_beats_sft(claim, seed):
+''', '''def test_claim_sign_beats_sft(claim, seed):
+    claim.run(arms(claim.scale_name, claim.scale, seed)["sft"])
+''')
+
+
+def test_a_diverged_arm_skips_its_test_and_makes_the_rules_missing_its_seed_undefined(suite, monkeypatch, tmp_path):
+    """The cached run graph as a stand-in whose seed-2 SFT run diverged at step 3: that seed's test is skipped,
+    naming it, and every C02 rule (each reads an arm seed 2 never recorded) is UNDEFINED with that reason, in the
+    session and in the saved run's pages."""
+    from opsft.runs import RunResult, snapshot_name
+
+    def cached(config, cache=None, progress=False):
+        final = tmp_path / config.digest() / "snapshots" / snapshot_name(config.steps)
+        final.mkdir(parents=True, exist_ok=True)
+        (final / "model.safetensors").write_bytes(config.digest().encode())
+        diverged = 3 if config.seed == 2 else None
+        return RunResult(config, final.parent.parent, [], 1.0, tmp_path, diverged, "non-finite loss nan at step 3")
+
+    monkeypatch.setattr("opsft.runs.run", cached)
+    pytester = suite(5)
+    pytester.makepyfile(test_c02=DIVERGING_TEST.format(offset=5))
+    result = run(pytester, "--scale", "full", "-rs", "--claims-save", "div")
+    result.assert_outcomes(passed=2, skipped=1)
+    result.stdout.fnmatch_lines(["SKIPPED * C02: sft seed 2 diverged at step 3: the rules missing this seed's "
+                                 "measurements are UNDEFINED"])
+    result.stdout.fnmatch_lines(["C02 sign_beats_sft: UNDEFINED (rules v2: UNDEFINED, v1: UNDEFINED)",
+                                 "    UNDEFINED       opsft.in_domain - sft.in_domain > * (sft seed 2 diverged at step 3)"])
+    saved = json.loads((pytester.path / "store" / "0001_div.json").read_text())["claims"]["C02"]
+    assert saved["verdict"] == "UNDEFINED" and saved["seeds"] == [0, 1, 2]
+    assert {"arm": "sft", "seed": 2, "values": {}} == {k: v for k, v in saved["rows"][-1].items() if k != "diverged"}
+    readme = (pytester.path / "res" / "README.md").read_text()
+    assert f"| UNDEFINED | UNDEFINED | UNDEFINED (v{CURRENT_VERSION}) | full | 0001_div |" in readme

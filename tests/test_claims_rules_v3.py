@@ -181,3 +181,22 @@ def test_c19_asks_that_sft_learns_in_the_window_not_only_that_it_moved():
     rows = [r for s in range(3) for r in (row("sft_start", s, 100 + s), row("sft", s, 60 + s), row("sft_projk", s, 40 + s))]
     result = decide_v3(rule, *tables(rows))
     assert result.verdict is UND and "sft.in_domain - sft_start.in_domain > 2" in result.note
+
+
+def test_a_rule_that_a_diverged_run_kept_from_a_seed_is_undefined_naming_the_arm_seed_and_step():
+    """Seed 2's test measured c and the base, then stopped at a diverged run (a divergence row, as
+    ``ClaimRecorder.diverged`` writes it): the rule reading a is UNDEFINED under every version, its guard too; the
+    rule of c against the base, measured on every seed, is decided as usual."""
+    claim = Claim("T06", "toy", "toy", "a beats b; c beats the base", "accuracy (%)",
+                  (guarded(gt("a.in_domain", "b.in_domain"), moved("a.in_domain", "base.in_domain", 3.0)),
+                   gt("c.in_domain", "base.in_domain")))
+    rows = [r for s in range(3) for r in (row("c", s, 150 + s), row("base", s, 40))]
+    rows += [r for s in range(2) for r in (row("a", s, 120 + s), row("b", s, 60 + s))]
+    rows.append({"arm": "a", "seed": 2, "values": {}, "diverged": {"step": 37, "digest": "d" * 16, "error": "nan"}})
+    result = evaluate(claim, rows)
+    for version, (verdict, (a_rule, _)) in result.versions.items():
+        assert verdict is UND and a_rule.verdict is UND and a_rule.note == "a seed 2 diverged at step 37", version
+    a_rule, c_rule = result.rules
+    assert a_rule.estimate is None and [g.verdict for g in a_rule.guards] == [UND]
+    assert c_rule.verdict is REP and c_rule.estimate.n == 3
+    assert result.measured["a.in_domain"].n == 2  # the seeds measured before the divergence

@@ -91,6 +91,31 @@ def test_a_plan_on_a_local_ray_instance_trains_exactly_the_local_executors_runs(
     assert len(ours) >= len(planned.runs) and ours == theirs
 
 
+@pytest.mark.slow
+def test_a_run_that_diverges_in_a_ray_task_blocks_its_child_and_the_others_train(tmp_path, cache_env):
+    """The task's ``DivergedRunError`` reaches the executor through Ray with its digest and step."""
+    import dataclasses
+
+    from opsft.config import ObjectiveConfig, OptimConfig, RunConfig, SourceConfig
+    from opsft.runs import diverged_step
+
+    needs_ray()
+    sane = RunConfig(organism="nano", objective=ObjectiveConfig(name="sft"), steps=4,
+                     source=SourceConfig(kind="static", family="arith", n_problems=32, batch_size=8,
+                                         trajectory_source="reference"), optim=OptimConfig(lr=1e-3))
+    diverging = dataclasses.replace(sane, steps=6, optim=OptimConfig(lr=1e6, grad_clip=0.0))
+    plan = Plan()
+    plan.add("a", dataclasses.replace(sane, init=diverging))
+    plan.add("b", sane)
+    lines: list[str] = []
+    with RayWorkers(None, tmp_path, cpus=1) as workers:
+        assert execute(plan, workers, log=lines.append) == 2
+    step = diverged_step(diverging.digest(), tmp_path)
+    assert step is not None and f"diverged at step {step})" in "".join(lines)
+    assert lines[-1] == ("execute: 1 run(s) diverged (cached as diverged), 1 run(s) blocked by a diverged run and not "
+                         f"trained; diverged: {diverging.digest()[:16]} at step {step}")
+
+
 @pytest.mark.cluster
 def test_two_ray_nodes_train_one_plan_into_one_shared_cache(tmp_path):
     ray = needs_ray()

@@ -78,3 +78,103 @@ def test_ctrl_c_on_opsft_execute_leaves_finished_runs_cached_and_no_torn_entry(t
     assert subprocess.run(command, env=env, capture_output=True, timeout=600).returncode == 0
     plan.price(tmp_path)
     assert all(r.cached for r in plan.runs.values())
+
+
+class FakeWorkers:
+    """Workers that train nothing: each submitted run finishes at once, except those of ``diverging`` (digest ->
+    step), which raise ``DivergedRunError`` as a worker's diverged run does."""
+
+    slots = 2
+
+    def __init__(self, cache, diverging):
+        self.cache, self.diverging, self.submitted = cache, diverging, []
+
+    def submit(self, config):
+        from concurrent.futures import Future
+
+        from opsft.runs import DivergedRunError
+
+        self.submitted.append(config.digest())
+        future = Future()
+        step = self.diverging.get(config.digest())
+        if step is None:
+            future.set_result(1.0)
+        else:
+            future.set_exception(DivergedRunError(config.digest(), step, f"run {config.digest()} diverged"))
+        return future
+
+    def cancel(self):
+        pass
+
+
+def diverging_plan():
+    """GRPO, OPSFT taking v from that GRPO (on SFT's data), and the unrelated SFT and OPD runs."""
+    grpo, sft, opd = (baseline(m, SCALE, 0) for m in ("grpo", "sft", "opd"))
+    opsft = opsft_recipe(sft, grpo, "sign")
+    plan = Plan()
+    for label, config in (("a", opsft), ("b", sft), ("c", opd)):
+        plan.add(label, config)
+    return plan, grpo, sft, opd, opsft
+
+
+def test_a_diverged_run_blocks_the_runs_that_depend_on_it_and_execute_carries_on_with_the_others(tmp_path):
+    plan, grpo, sft, opd, opsft = diverging_plan()
+    workers, lines = FakeWorkers(tmp_path, {grpo.digest(): 7}), []
+    assert execute(plan, workers, log=lines.append) == 3  # GRPO (diverged), SFT, OPD
+    assert sorted(workers.submitted) == sorted([grpo.digest(), sft.digest(), opd.digest()])
+    assert any(line.endswith("diverged at step 7)") and grpo.digest()[:16] in line for line in lines)
+    assert (f"execute: blocked {opsft.digest()[:16]} (sft): it depends on run {grpo.digest()[:16]}, which diverged "
+            "at step 7; not trained") in lines
+    assert lines[-1] == ("execute: 1 run(s) diverged (cached as diverged), 1 run(s) blocked by a diverged run and "
+                         f"not trained; diverged: {grpo.digest()[:16]} at step 7")
+
+
+def test_a_run_cached_as_diverged_blocks_its_children_without_submitting_them(tmp_path):
+    plan, grpo, sft, opd, opsft = diverging_plan()
+    (tmp_path / "runs" / grpo.digest()).mkdir(parents=True)
+    (tmp_path / "runs" / grpo.digest() / "result.json").write_text('{"diverged_at_step": 3}')
+    plan.runs[grpo.digest()].cached = True
+    workers, lines = FakeWorkers(tmp_path, {}), []
+    assert execute(plan, workers, log=lines.append) == 2
+    assert sorted(workers.submitted) == sorted([sft.digest(), opd.digest()])
+    assert lines[-1].endswith(f"0 run(s) diverged (cached as diverged), 1 run(s) blocked by a diverged run and not "
+                              f"trained; diverged: {grpo.digest()[:16]} at step 3")
+
+
+@pytest.mark.slow
+def test_a_run_that_really_diverges_leaves_the_other_runs_trained(tmp_path, cache_env):
+    """Real runs in a thread (``train_in_worker``) into ``tmp_path``: an SFT run at an absurd learning rate, one
+    continuing it, and a sane one."""
+    import dataclasses
+    from concurrent.futures import ThreadPoolExecutor
+
+    from opsft.config import ObjectiveConfig, OptimConfig, RunConfig, SourceConfig
+    from opsft.runs import run
+    from opsft.workers import train_in_worker
+
+    sane = RunConfig(organism="nano", objective=ObjectiveConfig(name="sft"), steps=4,
+                     source=SourceConfig(kind="static", family="arith", n_problems=32, batch_size=8,
+                                         trajectory_source="reference"), optim=OptimConfig(lr=1e-3))
+    diverging = dataclasses.replace(sane, steps=6, optim=OptimConfig(lr=1e6, grad_clip=0.0))
+    child = dataclasses.replace(sane, init=diverging)
+    plan = Plan()
+    for label, config in (("a", child), ("b", sane)):
+        plan.add(label, config)
+
+    class ThreadWorkers:
+        slots, cache = 1, tmp_path
+
+        def __init__(self):
+            self.pool = ThreadPoolExecutor(1)
+
+        def submit(self, config):
+            return self.pool.submit(train_in_worker, config, tmp_path)
+
+        def cancel(self):
+            self.pool.shutdown(cancel_futures=True)
+
+    lines: list[str] = []
+    assert execute(plan, ThreadWorkers(), log=lines.append) == 2
+    assert run(sane, tmp_path).diverged is None and run(diverging, tmp_path).diverged is not None
+    assert not (tmp_path / "runs" / child.digest() / "result.json").exists()
+    assert lines[-1].startswith("execute: 1 run(s) diverged (cached as diverged), 1 run(s) blocked")

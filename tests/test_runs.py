@@ -1,5 +1,7 @@
-"""Runs are values: determinism, the cache, resume after a real kill, corrupt entries, non-finite losses."""
+"""Runs are values: determinism, the cache, resume after a real kill, corrupt entries, diverged runs."""
 
+import json
+import math
 import os
 import signal
 import subprocess
@@ -12,7 +14,7 @@ import torch
 from safetensors.torch import load_file
 
 from opsft.config import ObjectiveConfig, OptimConfig, RunConfig, SourceConfig
-from opsft.runs import run
+from opsft.runs import DivergedRunError, run, snapshot_name
 
 pytestmark = pytest.mark.slow
 
@@ -93,14 +95,43 @@ def test_a_killed_run_resumes_to_the_same_final_weights(tmp_path, cache_env):
     assert [m["step"] for m in resumed.metrics] == list(range(1, 121))
 
 
-def test_a_non_finite_loss_stops_the_run_naming_the_step_and_keeps_the_checkpoint(tmp_path, cache_env):
-    config = RunConfig(**{**SFT.__dict__, "optim": OptimConfig(lr=1e4, grad_clip=0.0), "steps": 200,
-                          "checkpoint_every": 1})
-    with pytest.raises(RuntimeError, match=r"non-finite .* at step \d+"):
-        run(config, cache=tmp_path)
-    folder = tmp_path / "runs" / config.digest()
-    assert (folder / "checkpoint" / "state.pt").is_file()
-    assert not (folder / "result.json").exists()
+DIVERGING = RunConfig(**{**SFT.__dict__, "optim": OptimConfig(lr=1e6, grad_clip=0.0)})  # a NaN loss within 6 steps
+
+
+def test_a_diverging_run_is_cached_as_diverged_with_its_earlier_snapshots_and_never_trained_again(
+        tmp_path, cache_env, monkeypatch):
+    result = run(DIVERGING, cache=tmp_path)
+    step = result.diverged
+    assert step is not None and 1 <= step <= DIVERGING.steps
+    manifest = json.loads((result.folder / "result.json").read_text())
+    assert manifest["diverged_at_step"] == step and "non-finite loss" in manifest["divergence"]
+    assert result.metrics[-1]["step"] == step and not math.isfinite(result.metrics[-1]["loss"])
+    kept = [snapshot_name(s) for s in (0, 2, 4) if s < step]
+    assert sorted(p.name for p in (result.folder / "snapshots").iterdir()) == kept
+    assert (result.folder / "checkpoint" / "state.pt").is_file() == (step > DIVERGING.checkpoint_every)
+    result.load_model(0)  # the weights before the divergence stay readable by their step
+    with pytest.raises(DivergedRunError, match=f"run {DIVERGING.digest()} diverged at step {step}") as err:
+        result.load_model()
+    assert (err.value.digest, err.value.step) == (DIVERGING.digest(), step)
+    monkeypatch.setattr("opsft.runs._execute", lambda *args: pytest.fail("a diverged run was trained again"))
+    again = run(DIVERGING, cache=tmp_path)
+    assert again.diverged == step and len(again.metrics) == step
+    with pytest.raises(DivergedRunError):
+        again.completed()
+
+
+def test_runs_that_start_from_or_take_v_from_a_diverged_run_raise_naming_it_and_cache_nothing(tmp_path, cache_env):
+    from opsft.config import ConstraintConfig
+
+    step = run(DIVERGING, cache=tmp_path).diverged
+    child = RunConfig(**{**SFT.__dict__, "init": DIVERGING, "steps": 2, "snapshot_steps": ()})
+    constraint = ConstraintConfig(mode="sign", direction_run=DIVERGING, direction_step=0, rule="fp32")
+    opsft = RunConfig(**{**SFT.__dict__, "constraint": constraint, "steps": 2, "snapshot_steps": ()})
+    for config in (child, opsft):
+        with pytest.raises(DivergedRunError) as err:
+            run(config, cache=tmp_path)
+        assert (err.value.digest, err.value.step) == (DIVERGING.digest(), step)
+        assert not (tmp_path / "runs" / config.digest() / "result.json").exists()
 
 
 def test_continued_training_starts_from_the_parent_run(tmp_path, cache_env):

@@ -3,7 +3,7 @@ verdicts, under every registered rule version (``opsft.claims.registry``, ``opsf
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -22,7 +22,9 @@ from opsft.claims.stats import (
     verdict_of,
 )
 
-Row = Mapping  # {"arm": str, "seed": int, "values": {metric: float}, "problems": {metric: encoded scores}}
+# {"arm": str, "seed": int, "values": {metric: float}, "problems": {metric: encoded scores}}; a divergence row
+# (``ClaimRecorder.diverged``) has no values and ``"diverged": {"step": int, "digest": str, "error": str}``
+Row = Mapping
 CURRENT_VERSION = RULE_VERSIONS[-1]
 
 
@@ -168,6 +170,24 @@ def distinct_seeds(rule: Rule, table: Mapping[int, Mapping[str, float]],
     return fewest, note
 
 
+def divergences(rows: Iterable[Row]) -> list[Row]:
+    """The rows that say a claim test stopped at its seed because a run it loaded diverged, by seed and arm."""
+    return sorted((row for row in rows if "diverged" in row), key=lambda row: (int(row["seed"]), row["arm"]))
+
+
+def divergence_reason(row: Row) -> str:
+    """A divergence row in words: ``sft seed 2 diverged at step 37``."""
+    return f"{row['arm']} seed {row['seed']} diverged at step {row['diverged']['step']}"
+
+
+def diverged_note(rule: Rule, table: Mapping[int, Mapping[str, float]], diverged: Sequence[Row]) -> str:
+    """Why a diverged run leaves ``rule`` UNDEFINED: the first divergence (``divergences``) at a seed that did not
+    measure every key of the rule (its test stopped before it could), in words (``divergence_reason``); "" when
+    every diverged seed measured the rule's keys before its test stopped."""
+    return next((divergence_reason(row) for row in diverged
+                 if not all(k in table.get(int(row["seed"]), {}) for k in rule.keys)), "")
+
+
 def reads_accuracy(rule: Rule) -> bool:
     """Whether the rule's statistic reads an accuracy metric (``registry.ACCURACY_METRICS``)."""
     return any(key.split(".", 1)[1] in ACCURACY_METRICS for key in rule.keys)
@@ -187,11 +207,15 @@ def estimate_v3(rule: Rule, table: Mapping[int, Mapping[str, float]],
 
 
 def decide_v3(rule: Rule, table: Mapping[int, Mapping[str, float]],
-              problems: Mapping[int, Mapping[str, np.ndarray]], weights: Mapping[int, Mapping[str, str]]) -> RuleResult:
+              problems: Mapping[int, Mapping[str, np.ndarray]], weights: Mapping[int, Mapping[str, str]],
+              diverged: Sequence[Row] = ()) -> RuleResult:
     """Version 3's verdict of a rule: the interval's side as in version 2, except that an accuracy rule without
     per-problem scores is INCONCLUSIVE, and a REPRODUCED rule whose guard is NOT REPRODUCED is UNDEFINED
-    ("nothing moved"), one whose guard is undecided INCONCLUSIVE. A rule no seed measured is INCONCLUSIVE."""
-    guards = tuple(decide_v3(g, table, problems, weights) for g in rule.guards)
+    ("nothing moved"), one whose guard is undecided INCONCLUSIVE. A rule a diverged run kept from a seed
+    (``diverged_note``) is UNDEFINED; a rule no seed measured is INCONCLUSIVE."""
+    guards = tuple(decide_v3(g, table, problems, weights, diverged) for g in rule.guards)
+    if note := diverged_note(rule, table, diverged):
+        return RuleResult(rule, Verdict.UNDEFINED, None, note, guards)
     if not statistic(rule, table):
         return RuleResult(rule, Verdict.INCONCLUSIVE, None, "no seed measured it", guards)
     estimate, note = estimate_v3(rule, table, problems, weights)
@@ -212,13 +236,16 @@ def decide_v3(rule: Rule, table: Mapping[int, Mapping[str, float]],
 
 def decide_rules(rules: Iterable[Rule], version: int, table: Mapping[int, Mapping[str, float]],
                  problems: Mapping[int, Mapping[str, np.ndarray]], weights: Mapping[int, Mapping[str, str]],
-                 seed: int) -> tuple[RuleResult, ...]:
-    """Every rule's verdict under ``version``'s statistics; a rule no seed measured is INCONCLUSIVE."""
+                 seed: int, diverged: Sequence[Row] = ()) -> tuple[RuleResult, ...]:
+    """Every rule's verdict under ``version``'s statistics; a rule a diverged run kept from a seed
+    (``diverged_note``) is UNDEFINED, a rule no seed measured INCONCLUSIVE."""
     results = []
     for rule in rules:
         values = statistic(rule, table)
         if version >= 3:
-            results.append(decide_v3(rule, table, problems, weights))
+            results.append(decide_v3(rule, table, problems, weights, diverged))
+        elif note := diverged_note(rule, table, diverged):
+            results.append(RuleResult(rule, Verdict.UNDEFINED, None, note))
         elif not values:
             results.append(RuleResult(rule, Verdict.INCONCLUSIVE, None))
         elif version == 1:
@@ -231,12 +258,14 @@ def decide_rules(rules: Iterable[Rule], version: int, table: Mapping[int, Mappin
 
 def evaluate(claim: Claim, rows: Iterable[Row], seed: int = 0) -> ClaimResult:
     """Decide ``claim`` over the recorded rows under every rule version (version 1's bootstrap seeded by
-    ``seed``), with the current version's estimate of every recorded key."""
+    ``seed``), with the current version's estimate of every recorded key. Rows that say a run diverged
+    (``divergences``) make the rules missing that seed's measurements UNDEFINED."""
     rows = list(rows)
     table, problems, weights = per_seed(rows), per_problem(rows), per_weights(rows)
+    diverged = divergences(rows)
     versions = {}
     for version in RULE_VERSIONS:
-        results = decide_rules(claim.rules_for(version), version, table, problems, weights, seed)
+        results = decide_rules(claim.rules_for(version), version, table, problems, weights, seed, diverged)
         versions[version] = (combine([r.verdict for r in results]), results)
     keys = sorted({k for row in table.values() for k in row})
     measured = {k: estimate_v3(Rule(k, ">"), table, problems, weights)[0] for k in keys}

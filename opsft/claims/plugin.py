@@ -5,6 +5,10 @@
 ``ClaimsSession`` lives in ``config.stash``; at the end it prints verdicts, compares with a saved run
 (``--claims-compare``, ``--claims-compare-fail``), saves a numbered run file and the results pages
 (``--claims-save``) and fails the session on a NOT REPRODUCED claim under ``--claims-strict``.
+
+A claim test stopped by a diverged run (``opsft.runs.DivergedRunError``: one it loaded, or a parent of one) is
+skipped, naming the arm, seed and step, and records the divergence (``ClaimRecorder.diverged``): every rule that
+misses that seed's measurements is UNDEFINED with that reason, and the claim is not ERROR.
 """
 
 from __future__ import annotations
@@ -16,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from ablations.claims import SCALE_NAMES, scale_profile, skip_reason
+from ablations.claims import REFERENCE_SCALE, SCALE_NAMES, scale_profile, skip_reason
 from opsft.claims.compare import parse_threshold
 from opsft.claims.declared import DeclaredRuns, declared_arms
 from opsft.claims.recorder import ClaimRecorder
@@ -27,11 +31,8 @@ from opsft.progress import progress_text
 from opsft.provenance import cpu_model
 from opsft.threads import pinned_threads
 
-# The scale whose pages are results/ itself (noxfile.REFERENCE): every other scale writes under results/SCALE.
-REFERENCE_SCALE = "regime"
-
 SESSION = pytest.StashKey[ClaimsSession]()
-CALL_FAILED = pytest.StashKey[bool]()
+CALL_UNFINISHED = pytest.StashKey[bool]()
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -143,7 +144,7 @@ def claim(request: pytest.FixtureRequest) -> Iterator[ClaimRecorder]:
     with pinned_threads():
         yield ClaimRecorder(get(cid), name, scale, request.node.user_properties, declared=declared)
     unloaded = declared.unloaded()
-    if unloaded and not request.node.stash.get(CALL_FAILED, False):
+    if unloaded and not request.node.stash.get(CALL_UNFINISHED, False):
         pytest.fail(f"{cid}: declared arms {unloaded} were never loaded: {request.module.__name__}.arms() "
                     "declares runs the test does not use", pytrace=False)
 
@@ -155,11 +156,29 @@ def test_params(item: pytest.Item) -> dict:
 
 
 @pytest.hookimpl(wrapper=True)
+def pytest_pyfunc_call(pyfuncitem: pytest.Function):
+    """Skip a claim test that a diverged run stopped, its divergence recorded (``ClaimRecorder.diverged``)."""
+    try:
+        return (yield)
+    except Exception as err:
+        recorder = pyfuncitem.funcargs.get("claim")
+        if not isinstance(recorder, ClaimRecorder):
+            raise
+        from opsft.runs import DivergedRunError
+
+        if not isinstance(err, DivergedRunError):
+            raise
+        reason = recorder.diverged(err, pyfuncitem.funcargs["seed"])
+        pytest.skip(f"{recorder.claim.id}: {reason}: the rules missing this seed's measurements are UNDEFINED")
+
+
+@pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
-    """Note on the item whether its call phase failed (the ``claim`` fixture's teardown reads it)."""
+    """Note on the item whether its call phase did not pass (failed, or skipped midway: the ``claim`` fixture's
+    teardown then does not ask for every declared arm)."""
     report = yield
     if report.when == "call":
-        item.stash[CALL_FAILED] = report.failed
+        item.stash[CALL_UNFINISHED] = not report.passed
     return report
 
 

@@ -6,14 +6,15 @@ import hashlib
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from opsft.claims.declared import DeclaredRuns
+from opsft.claims.declared import DeclaredRuns, Staged, with_ancestors
+from opsft.claims.evaluate import divergence_reason
 from opsft.claims.registry import Claim
 from opsft.claims.scored import Accuracy, encode
 from opsft.claims.session import PROPERTY
 from opsft.config import RunConfig
 
 if TYPE_CHECKING:
-    from opsft.runs import RunResult
+    from opsft.runs import DivergedRunError, RunResult
 
 
 def _cached_run(config: RunConfig) -> RunResult:
@@ -34,7 +35,8 @@ class ClaimRecorder:
     pytest-xdist); the session turns them into verdicts at the end. With ``declared`` (the test's declared
     arms) ``run`` refuses an undeclared config before training it. Each recorded row carries ``weights``, the
     SHA-256 of the weights it measured (``arm_weights``), so that rules v3 count seeds whose weights are
-    bit-identical as one seed.
+    bit-identical as one seed. A run that diverged has no final weights: ``run`` raises its
+    ``opsft.runs.DivergedRunError``, which the plugin turns into a divergence row (``diverged``).
     """
 
     def __init__(self, claim: Claim, scale_name: str, scale: Mapping[str, Any],
@@ -57,8 +59,8 @@ class ClaimRecorder:
                 f"{config.constraint.mode}, {config.steps} steps, seed {config.seed}) is not among the runs its "
                 "test module's arms() declares, nor their ancestors: declare it there")
         result = self._runner(config)
+        self._weights[config.digest()] = result.weights_sha256()  # a DivergedRunError for a diverged run
         self._results[config.digest()] = result
-        self._weights[config.digest()] = result.weights_sha256()
         self._add("run", {"digest": config.digest(), "objective": config.objective.name,
                           "constraint": config.constraint.mode, "organism": config.model_label(), "seed": config.seed,
                           "steps": config.steps, "wall_time": result.wall_time, "folder": str(result.folder)})
@@ -95,3 +97,31 @@ class ClaimRecorder:
         self._add("row", row)
         return floats
 
+    def diverged(self, err: DivergedRunError, seed: int) -> str:
+        """Record that the test of ``seed`` stopped because the run ``err`` names diverged (a run it loaded, or a
+        parent of one): a row of that run's arm (``arm_of``) with no values and ``diverged`` (step, digest, error),
+        which makes every rule missing a measurement at ``seed`` UNDEFINED (``opsft.claims.evaluate``). Returns
+        the reason, e.g. ``sft seed 2 diverged at step 37``."""
+        row = {"arm": self.arm_of(err.digest), "seed": int(seed), "values": {},
+               "diverged": {"step": err.step, "digest": err.digest, "error": str(err)}}
+        self._add("row", row)
+        return divergence_reason(row)
+
+    def arm_of(self, digest: str) -> str:
+        """The name of the declared arm whose run is ``digest`` (several joined by "+"); for a run that is only an
+        ancestor of declared arms, its objective and those arms (``grpo (parent of opsft)``); else ``run
+        <digest>``."""
+        own, parent_of, objective = [], [], ""
+        for name, arm in (self.declared.arms if self.declared is not None else {}).items():
+            config = self.declared.resolved.get(name, arm)
+            if isinstance(config, RunConfig) and config.digest() == digest:
+                own.append(name)
+                continue
+            found = next((c for c in with_ancestors(config.after if isinstance(config, Staged) else config)
+                          if c.digest() == digest), None)
+            if found is not None:
+                parent_of.append(name)
+                objective = found.objective.name
+        if own:
+            return "+".join(own)
+        return f"{objective} (parent of {', '.join(parent_of)})" if parent_of else f"run {digest[:16]}"

@@ -2,11 +2,22 @@
 
 import argparse
 import json
+import math
 
 import pytest
 
-from opsft.claims.commands import cmd_compare, cmd_list, compare_table, list_table, run_files, verdicts_table
+from opsft.claims.commands import (
+    cmd_compare,
+    cmd_list,
+    compare_notes,
+    compare_table,
+    interval_cell,
+    list_table,
+    run_files,
+    verdicts_table,
+)
 from opsft.claims.storage import save_run
+from opsft.claims.tables import REPO_ROOT
 from opsft.cli import main
 
 
@@ -86,3 +97,86 @@ def test_verdicts_decides_saved_rows_again_under_every_rule_version(tmp_path):
     run = {"scale": "full", "claims": {"C08": {"verdict": "REPRODUCED", "rows": rows}}}
     assert verdicts_table([("0001_full", run)]).splitlines()[-1].startswith(  # saved, then v1, v2 (and any newer)
         "| C08 snapshot_steps | 0001_full | REPRODUCED | REPRODUCED | NOT REPRODUCED |")
+
+
+def one_seed_payload(scale: str, means: dict[str, float], cpu: str = "Intel(R) Xeon(R) Processor",
+                     seeds: tuple[int, ...] = (0,)) -> dict:
+    """A run as the `ci` scale saves it: one seed, so every interval is NaN (no interval exists)."""
+    measured = {key: {"mean": m, "low": math.nan, "high": math.nan, "n": 1} for key, m in means.items()}
+    return {"scale": scale, "provenance": {"commit": "fedcba9876543210", "dirty": False, "utc": "2026-12-07",
+                                           "machine": {"cpu": cpu}},
+            "claims": {"C02": {"verdict": "INCONCLUSIVE", "measured": measured, "rows": [], "seeds": list(seeds)}}}
+
+
+def test_single_seed_runs_say_no_interval_exists_and_exit_0_within_tolerance(tmp_path, capsys):
+    save_run(tmp_path, "ci", one_seed_payload("ci", {"opsft.in_domain": 40.0, "sft.in_domain": 30.0}))
+    save_run(tmp_path, "ci", one_seed_payload("ci", {"opsft.in_domain": 42.0, "sft.in_domain": 30.0}))
+    assert main(["claims", "compare", "1", "2", "--storage", str(tmp_path), "-k", "c02"]) == 0
+    out, err = capsys.readouterr()
+    assert "nan" not in out
+    assert "B holds one seed of every claim compared (seed 0), so no interval exists" in out
+    assert "| opsft.in_domain | 40 | 42 | 2 | none (one seed) | better |" in out
+    assert "| sft.in_domain | 30 | 30 | 0 | none (one seed) | unchanged |" in out
+    assert out.startswith("- A: `0001_ci`, scale ci, commit fedcba987654 (clean), 2026-12-07, Intel(R) Xeon(R)")
+    assert err == ("no mean moved past the tolerances (in_domain:5, train_set:5, held_out_mean:5, updated_pct:5): "
+                   "2 means compared, 1 unchanged; exit 0\n")
+
+
+def test_single_seed_runs_still_fail_on_a_mean_past_the_tolerance_and_say_so(tmp_path, capsys):
+    save_run(tmp_path, "ci", one_seed_payload("ci", {"opsft.in_domain": 40.0, "sft.in_domain": 30.0}))
+    save_run(tmp_path, "ci", one_seed_payload("ci", {"opsft.in_domain": 29.0, "sft.in_domain": math.nan}))
+    assert main(["claims", "compare", "1", "2", "--storage", str(tmp_path)]) == 1
+    out, err = capsys.readouterr()
+    assert "| opsft.in_domain | 40 | 29 | -11 | none (one seed) | FAIL |" in out
+    assert "| sft.in_domain | 30 | nan | nan | none (one seed) | FAIL |" in out  # a mean that became NaN
+    assert not err.startswith("opsft: error")
+    assert err.startswith("2 of 2 means moved past the tolerances (in_domain:5, ") and err.endswith("; exit 1\n")
+
+
+def test_a_claim_with_one_seed_among_others_is_named_and_other_undefined_intervals_say_why():
+    a = payload("ci", 40.0)
+    a["claims"]["C03"] = one_seed_payload("ci", {"opsft.in_domain": 40.0})["claims"]["C02"]
+    b = json.loads(json.dumps(a))
+    b["claims"]["C02"]["measured"]["grpo.in_domain"] = {"mean": 0.0, "low": math.nan, "high": math.nan, "n": 1}
+    a["claims"]["C02"]["measured"]["grpo.in_domain"] = {"mean": 0.0, "low": 0.0, "high": 0.0, "n": 3}
+    table, failed = compare_table(a, b, ["C02", "C03"], [])
+    assert not failed and "nan" not in table
+    assert "B holds one seed of C03 (seed 0): no interval exists." in table
+    assert "B holds one seed of C02" not in table and "every claim compared" not in table
+    assert "| grpo.in_domain | 0 | 0 | 0 | none (identical seeds, counted once) | unchanged |" in table
+    assert compare_notes(a, b, ["C02", "C03"]) == []
+    assert compare_notes(a, b, ["C03"]) == ["B holds one seed of every claim compared (seed 0), so no interval "
+                                            "exists and none is shown; each mean is judged against the "
+                                            "tolerances alone."]
+
+
+def test_runs_from_different_cpus_are_named_as_such():
+    a = one_seed_payload("ci", {"opsft.in_domain": 40.0}, seeds=(0, 1))
+    b = one_seed_payload("ci", {"opsft.in_domain": 40.0}, cpu="AMD EPYC", seeds=(0, 1))
+    assert compare_notes(a, b, ["C02"]) == [
+        "A and B were measured on different CPUs (Intel(R) Xeon(R) Processor; AMD EPYC): their means differ by the "
+        "CPU's kernels as well as by the code, so CI compares runs of one CPU model only."]
+
+
+def test_the_readme_examples_over_the_committed_runs(capsys):
+    # single seed at `ci`: no interval, and the two runs' C02 means are bit-identical
+    assert main(["claims", "compare", "2", "3", "--storage", str(REPO_ROOT / ".claims" / "ci"), "-k", "c02"]) == 0
+    out, err = capsys.readouterr()
+    assert "nan" not in out and "so no interval exists" in out and err.endswith("12 unchanged; exit 0\n")
+    # three seeds at `regime`: OPSFT's C02 means moved past CI's tolerance between the two runs, with intervals
+    assert main(["claims", "compare", "1", "3", "--storage", str(REPO_ROOT / ".claims" / "regime"), "-k", "c02"]) == 1
+    out, err = capsys.readouterr()
+    assert "nan" not in out and "| opsft.in_domain | 5.333 | 38.83 | 33.5 | [38.5, 39.5] | FAIL |" in out
+    assert err.startswith("3 of 12 means moved past the tolerances")
+
+
+@pytest.mark.parametrize("estimate, seeds, cell", [
+    ({"mean": 1.0, "low": 0.5, "high": 1.5, "n": 3}, [0, 1, 2], "[0.5, 1.5]"),
+    ({"mean": 1.0}, [0, 1, 2], "—"),
+    ({"mean": 1.0, "low": math.nan, "high": math.nan, "n": 1}, [0], "none (one seed)"),
+    ({"mean": 1.0, "low": math.nan, "high": math.nan, "n": 1}, [0, 1], "none (identical seeds, counted once)"),
+    ({"mean": 1.0, "low": math.nan, "high": math.nan, "n": 1}, None, "none (n = 1)"),
+    ({"mean": math.nan, "low": math.nan, "high": math.nan, "n": 3}, [0, 1, 2], "none"),
+])
+def test_an_interval_cell_says_why_there_is_no_interval(estimate, seeds, cell):
+    assert interval_cell(estimate, seeds) == cell

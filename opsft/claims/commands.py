@@ -6,25 +6,32 @@ from saved runs under the current rules.
 dirty flag, date, claims and seeds; a storage folder that does not exist is an error, one that holds no run yet
 an empty table (exit 0: nothing saved there yet is no fault). ``verdicts RUN...`` decides the claims of saved
 runs again from their recorded rows under every registered rule version (the newest run that holds a claim
-counts), so a run saved under older rules can be read under the current ones. ``compare A B`` shows, per claim,
-the verdict change under each rule version and the change of every measured mean, with B's interval; it exits 1
-when a mean moves past a tolerance (by default the ones CI checks the `ci` baseline with, ``CI_TOLERANCES``),
-and each of its ``-k`` must match a registered claim id. A run file that is not a valid claims run
-(``opsft.claims.storage.validate_run``) stops every command with one line naming the file, the claim and the
-field.
+counts), so a run saved under older rules can be read under the current ones. ``compare A B`` shows the two
+runs (commit, tree, date, CPU), then per claim the verdict change under each rule version and the change of
+every measured mean, with B's interval, and ends with one line on stderr saying how many means moved past a
+tolerance (by default the ones CI checks the `ci` baseline with, ``CI_TOLERANCES``). Each of its ``-k`` must
+match a registered claim id. A run file that is not a valid claims run (``opsft.claims.storage.validate_run``)
+stops every command with one line naming the file, the claim and the field.
+
+``compare``'s exit status: 0 when no mean moved past a tolerance, 1 when one did (a real difference of the
+means, as CI judges it; the table marks it FAIL and the last line counts them). An error of the command itself
+also exits 1 but prints ``opsft: error: ...`` instead of the table. A run with one seed (the `ci` scale) has no
+interval: the table says so and shows none, and the means are judged against the tolerances alone; an interval
+that does not exist never fails a comparison.
 """
 
 from __future__ import annotations
 
 import argparse
 import fnmatch
+import math
 import sys
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
-from opsft.claims.compare import CI_TOLERANCES, Threshold, compare, parse_threshold
+from opsft.claims.compare import CI_TOLERANCES, Change, Threshold, compare, parse_threshold
 from opsft.claims.registry import CLAIMS, RULE_VERSIONS
-from opsft.claims.storage import load_run, read_run, saved_runs, summary_entry, write_summary
+from opsft.claims.storage import load_run, read_run, run_cpu, saved_runs, summary_entry, write_summary
 from opsft.claims.tables import number
 
 
@@ -61,26 +68,94 @@ def _verdicts(record: Mapping) -> dict[str, str]:
     return {"1": record["verdict"]}
 
 
+def run_seeds(run: Mapping, claim_id: str) -> list[int] | None:
+    """The distinct seeds a saved run holds for ``claim_id`` (None when the run does not record them)."""
+    seeds = run["claims"][claim_id].get("seeds")
+    return None if seeds is None else sorted(set(seeds))
+
+
+def one_seed(run: Mapping, claim_ids: Sequence[str]) -> list[str]:
+    """The claims of ``claim_ids`` that ``run`` holds one seed of (so no interval of them exists)."""
+    return [c for c in claim_ids if (seeds := run_seeds(run, c)) is not None and len(seeds) == 1]
+
+
+def interval_cell(estimate: Mapping, seeds: Sequence[int] | None) -> str:
+    """B's interval: ``[low, high]``; "—" when the run saved none; when it is undefined, why: one seed, or seeds
+    whose results were identical and count once (v3 intervals are over distinct seeds)."""
+    if estimate.get("low") is None:
+        return "—"
+    low, high = estimate["low"], estimate["high"]
+    if not (math.isnan(low) or math.isnan(high)):
+        return f"[{number(low)}, {number(high)}]"
+    if seeds is not None and len(seeds) == 1:
+        return "none (one seed)"
+    if estimate.get("n") == 1:
+        return "none (identical seeds, counted once)" if seeds else "none (n = 1)"
+    return "none"
+
+
+def run_line(label: str, ref: str, run: Mapping) -> str:
+    """A markdown item naming run ``label`` (its file stem, else ``ref``): scale, commit (12 characters), tree,
+    date and CPU."""
+    prov = run.get("provenance") or {}
+    name = f"{run['number']:04d}_{run['name']}" if isinstance(run.get("number"), int) and run.get("name") else ref
+    tree = {True: "dirty", False: "clean"}.get(prov.get("dirty"), "tree unknown")
+    return (f"- {label}: `{name}`, scale {run['scale']}, commit {(prov.get('commit') or '?')[:12]} ({tree}), "
+            f"{prov.get('utc', 'date unknown')}, {run_cpu(run) or 'CPU unknown'}")
+
+
+def compare_notes(a: Mapping, b: Mapping, claim_ids: Sequence[str]) -> list[str]:
+    """Lines that say what the comparison cannot show: the CPUs differ (a run's numbers depend on the CPU's
+    kernels, ``opsft.claims.storage.load_baseline``), and B holds one seed of every claim (no interval)."""
+    notes = []
+    if run_cpu(a) and run_cpu(b) and run_cpu(a) != run_cpu(b):
+        notes.append(f"A and B were measured on different CPUs ({run_cpu(a)}; {run_cpu(b)}): their means differ by "
+                     "the CPU's kernels as well as by the code, so CI compares runs of one CPU model only.")
+    single = one_seed(b, claim_ids)
+    if single and len(single) == len(claim_ids):
+        seeds = sorted({s for c in single for s in run_seeds(b, c) or ()})
+        notes.append(f"B holds one seed of every claim compared (seed {', '.join(map(str, seeds))}), so no interval "
+                     "exists and none is shown; each mean is judged against the tolerances alone.")
+    return notes
+
+
 def compare_table(a: Mapping, b: Mapping, claim_ids: Sequence[str], thresholds: Sequence[Threshold]) -> tuple[str, bool]:
     """Markdown comparison of runs ``a`` -> ``b`` over ``claim_ids`` (present in both): per claim its verdicts
-    under each rule version, then each measured mean of both runs with the delta and B's interval; and whether
-    any mean broke a threshold (``opsft.claims.compare.compare``)."""
+    under each rule version, then each measured mean of both runs with the delta and B's interval (``none
+    (one seed)`` where B holds one seed: no interval exists; a line under the claim says so unless every claim
+    compared is so, which ``compare_notes`` says once); and whether any mean broke a threshold
+    (``opsft.claims.compare.compare``)."""
     lines, failed = [], False
     changes = compare({c: b["claims"][c] for c in claim_ids}, {c: a["claims"][c] for c in claim_ids}, thresholds)
+    single = one_seed(b, claim_ids)
     for claim_id in claim_ids:
         va, vb = _verdicts(a["claims"][claim_id]), _verdicts(b["claims"][claim_id])
         versions = ", ".join(f"v{v}: {va.get(v, '—')} -> {vb.get(v, '—')}" for v in sorted(va.keys() | vb.keys()))
-        lines += ["", f"## {claim_id} ({versions})", "", "| quantity | A | B | B - A | B's interval | |",
-                  "|---|---|---|---|---|---|"]
+        lines += ["", f"## {claim_id} ({versions})", ""]
+        seeds = run_seeds(b, claim_id)
+        if claim_id in single and len(single) < len(claim_ids):
+            lines += [f"B holds one seed of {claim_id} (seed {seeds[0]}): no interval exists.", ""]
+        lines += ["| quantity | A | B | B - A | B's interval | |", "|---|---|---|---|---|---|"]
         measured = b["claims"][claim_id]["measured"]
         for change in (c for c in changes if c.claim == claim_id):
-            est = measured[change.key]
-            interval = f"[{number(est['low'])}, {number(est['high'])}]" if est.get("low") is not None else "—"
             mark = "FAIL" if change.failed else change.direction
             lines.append(f"| {change.key} | {number(change.baseline)} | {number(change.current)} | "
-                         f"{number(change.current - change.baseline)} | {interval} | {mark} |")
+                         f"{number(change.current - change.baseline)} | {interval_cell(measured[change.key], seeds)} | "
+                         f"{mark} |")
             failed |= change.failed
     return "\n".join(lines).lstrip("\n") + "\n", failed
+
+
+def outcome_line(changes: Sequence[Change], thresholds: Sequence[Threshold]) -> str:
+    """The comparison's last line: how many means moved past a tolerance (and so the exit status)."""
+    tolerances = ", ".join(f"{t.metric}:{t.tolerance:g}{'%' if t.relative else ''}" for t in thresholds) or "none"
+    past = sum(c.failed for c in changes)
+    unchanged = sum(c.unchanged for c in changes)
+    counts = f"{len(changes)} means compared, {unchanged} unchanged"
+    if past:
+        return (f"{past} of {len(changes)} means moved past the tolerances ({tolerances}; rows marked FAIL): "
+                f"{counts}; exit 1")
+    return f"no mean moved past the tolerances ({tolerances}): {counts}; exit 0"
 
 
 def cmd_list(args: argparse.Namespace) -> int:
@@ -110,7 +185,8 @@ def check_patterns(patterns: Sequence[str]) -> None:
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
-    """``opsft claims compare A B``: the table on stdout; 1 when a mean moved past a tolerance. A ``-k`` that
+    """``opsft claims compare A B``: the runs, notes, the table on stdout and the outcome line on stderr; 1 when
+    a mean moved past a tolerance, else 0 (also when B holds one seed and no interval exists). A ``-k`` that
     selects no registered claim is an error (``check_patterns``), as is one that selects no claim of both runs."""
     check_patterns(args.k or ())
     a, b = resolve(args.a, args.storage), resolve(args.b, args.storage)
@@ -120,7 +196,10 @@ def cmd_compare(args: argparse.Namespace) -> int:
         raise ValueError(f"no claim of both runs matches -k {args.k}; in both: {', '.join(common) or 'none'}")
     thresholds = [parse_threshold(t) for t in (args.fail or CI_TOLERANCES)]
     table, failed = compare_table(a, b, chosen, thresholds)
-    print(table, end="")
+    notes = "".join(f"{note}\n\n" for note in compare_notes(a, b, chosen))
+    print(f"{run_line('A', args.a, a)}\n{run_line('B', args.b, b)}\n\n{notes}{table}", end="")
+    changes = compare({c: b["claims"][c] for c in chosen}, {c: a["claims"][c] for c in chosen}, thresholds)
+    print(outcome_line(changes, thresholds), file=sys.stderr)
     return 1 if failed else 0
 
 

@@ -21,7 +21,7 @@ _RUN_FILE = re.compile(r"^(\d{4})_(.+)\.json$")
 NAME = re.compile(r"^[A-Za-z0-9_.-]+$")
 # The scales whose saved runs are the committed reference results: saving into them needs a clean tree, and
 # their summary comes from one run file (one commit).
-REFERENCE_SCALES = ("full", "regime")
+REFERENCE_SCALES = ("full", "reference", "regime")
 
 
 def saved_runs(storage: Path) -> list[Path]:
@@ -213,9 +213,9 @@ def write_pages(results_dir: Path, results: Iterable[ClaimResult], payload: Mapp
     scale, written = payload["scale"], []
     for r in results:
         record = payload["claims"][r.claim.id]
-        context = PageContext(scale, run_file.stem, payload.get("provenance") or {}, tuple(record.get("seeds", ())),
-                              payload.get("test_draw") or {}, tuple(record.get("runs", ())))
         page = results_dir / "claims" / claim_page_name(r.claim)
+        context = PageContext(scale, run_file.stem, payload.get("provenance") or {}, tuple(record.get("seeds", ())),
+                              payload.get("test_draw") or {}, tuple(record.get("runs", ())), page=page)
         figure = plot_claim(r.measured, r.claim.paper, f"{r.claim.id} {r.claim.slug}: {r.verdict.value} "
                             f"(scale {scale})", page.with_suffix(".png"))
         text = claim_table(r, context) + f"\n![{r.claim.id} by arm, intervals as in the table]({figure.name})\n"
@@ -236,4 +236,5 @@ def write_summary(results_dir: Path, storage: Path, only: Path | None = None) ->
             f"summary`); do not edit. {origin} Verdicts are decided again from the saved rows under the current rules "
             f"(v{CURRENT_VERSION}); the saved verdict is the one saved with the run, under the rule version it names.\n\n")
     return update_markdown_section(results_dir / "README.md", "claims",
-                                   body + summary_table(CLAIMS.values(), latest_verdicts(storage, only)))
+                                   body + summary_table(CLAIMS.values(), latest_verdicts(storage, only),
+                                                        results_dir / "README.md"))

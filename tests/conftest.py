@@ -11,6 +11,14 @@ def _one_thread():
     torch.set_num_threads(1)
 
 
+@pytest.fixture(autouse=True)
+def _own_cache(tmp_path, monkeypatch):
+    """Every test writes its run and score caches into its own folder unless it asks for the shared one
+    (``cache_env``): a unit test never touches the user's $OPSFT_CACHE, and two tests that score the same
+    weights with different stand-in scorers never read each other's cached scores (opsft.evals.score_cache)."""
+    monkeypatch.setenv("OPSFT_CACHE", str(tmp_path / "opsft-cache"))
+
+
 @pytest.fixture(scope="session")
 def shared_cache(tmp_path_factory):
     """A cache folder shared by all workers of this pytest session (runs are built once, under file locks)."""

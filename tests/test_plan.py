@@ -101,3 +101,138 @@ def test_shapes_the_cache_has_not_run_are_priced_from_saved_claims_runs(tmp_path
     fake_finished_run(tmp_path / "cache", baseline("grpo", SCALE, 1), wall_time=1.0 * grpo.steps)
     plan.price(tmp_path / "cache", tmp_path / "claims")  # the cache's own measurement comes first
     assert plan.runs[grpo.digest()].estimate == pytest.approx(1.0 * grpo.steps)
+
+
+def shipped_file(path: Path, organisms: dict, cpu: str = "CPU X") -> Path:
+    """A tiny shipped shapes file measured on ``cpu``: no shapes, these organisms."""
+    path.write_text(json.dumps({"cpus": {cpu: {"shapes": [], "organisms": organisms}}}))
+    return path
+
+
+NANO = {"base_s": 10.0, "teacher_s": 30.0, "measure_s": 2.0, "trajectories_s": 5.0,
+        "trajectory_sets": {"arith-32-4-0": 4.0}, "score_s": 3.0, "score_eval_n": 8}
+
+
+@pytest.fixture
+def this_cpu(monkeypatch):
+    """This machine's CPU model, as the shipped file names it."""
+    monkeypatch.setattr("opsft.provenance.cpu_model", lambda: "CPU X")
+
+
+def teacher_sft(seed: int = 0):
+    """A smoke SFT run on the organism's teacher trajectories (32 arith problems)."""
+    sft = baseline("sft", SCALE, seed)
+    return dataclasses.replace(sft, source=dataclasses.replace(sft.source, trajectory_source="teacher"))
+
+
+def test_the_organism_build_is_priced_only_for_what_the_cache_lacks(tmp_path, this_cpu):
+    from opsft.organism.specs import ORGANISMS
+    from opsft.plan import organism_folder, trajectory_stem
+    from opsft.pretraining import _model_folder
+
+    shipped = shipped_file(tmp_path / "shapes.json", {"nano": NANO})
+    sft, cache = teacher_sft(), tmp_path / "cache"
+    assert trajectory_stem("arith", 32) == "arith-32-4-0"
+    plan = Plan(eval_n=8)
+    plan.add("C", sft)
+    plan.price(cache, shipped=shipped)
+    # empty cache: both models pretrain in parallel, then the measurement, then the SFT set's trajectories
+    assert plan.builds["nano"]["seconds"] == pytest.approx(30.0 + 2.0 + 4.0)
+    summary = plan.summary(workers=2)
+    assert summary["build_minutes"] == pytest.approx(36.0 / 60) and summary["to_build"] == ["nano"]
+    teacher = _model_folder(ORGANISMS["nano"].recipe("teacher"), cache / "organisms")
+    teacher.mkdir(parents=True)
+    (teacher / "model.json").write_text("{}")  # another organism built the shared teacher
+    plan.price(cache, shipped=shipped)
+    assert plan.builds["nano"]["seconds"] == pytest.approx(10.0 + 2.0 + 4.0)
+    folder = organism_folder("nano", cache)
+    folder.mkdir(parents=True)
+    (folder / "organism.json").write_text("{}")
+    plan.price(cache, shipped=shipped)
+    assert plan.builds["nano"]["seconds"] == pytest.approx(4.0)  # built; the trajectories are not sampled yet
+    (folder / "trajectories").mkdir()
+    (folder / "trajectories" / "arith-32-4-0.jsonl.provenance.json").write_text("{}")
+    plan.price(cache, shipped=shipped)
+    summary = plan.summary(workers=2)
+    assert plan.builds["nano"]["seconds"] == 0.0 and summary["build_minutes"] == 0.0 and summary["to_build"] == []
+    assert "organisms built" in render(plan, 2).splitlines()[-1]
+
+
+def test_an_organism_without_a_shipped_build_is_counted_unpriced(tmp_path, this_cpu):
+    plan = Plan(eval_n=8)
+    plan.add("C", teacher_sft())
+    plan.price(tmp_path / "cache", shipped=shipped_file(tmp_path / "shapes.json", {}))
+    summary = plan.summary(workers=2)
+    assert summary["build_unpriced"] == ["nano"] and summary["build_minutes"] == 0.0
+    assert summary["scorings_unpriced"] == summary["scorings"] == 2  # the run and the base
+    assert render(plan, 2).endswith("unmeasured, not counted: runs 1, organism builds 1, scorings 2")
+
+
+def test_scorings_count_distinct_models_and_the_whole_job_adds_build_training_and_scoring(tmp_path, this_cpu):
+    grpo, sft = baseline("grpo", SCALE, 0), teacher_sft()
+    opsft = opsft_recipe(sft, grpo, "sign")
+    cache = tmp_path / "cache"
+    fake_finished_run(cache, baseline("grpo", SCALE, 1), wall_time=8.0)  # grpo's shape: 8 s a run
+    fake_finished_run(cache, dataclasses.replace(opsft, seed=5), wall_time=2.0 * opsft.steps)
+    fake_finished_run(cache, dataclasses.replace(sft, seed=7), wall_time=1.0 * sft.steps)
+    plan = Plan(eval_n=8)
+    plan.add("C02", opsft)
+    plan.add("C02", sft)  # already there as opsft's start: counted once
+    plan.add("calibration", grpo, eval_n=16)  # another evaluation size: scored again
+    plan.add_scoring(("run", sft.digest(), 1), sft, 8)  # a snapshot, as the map scores its horizons
+    plan.add_scoring(("run", sft.digest(), 1), sft, 8)
+    assert sorted(plan.scorings) == sorted([
+        ("run", opsft.digest(), opsft.steps, 8), ("run", grpo.digest(), grpo.steps, 8),
+        ("run", sft.digest(), sft.steps, 8), ("base", "nano", 8), ("run", grpo.digest(), grpo.steps, 16),
+        ("base", "nano", 16), ("run", sft.digest(), 1, 8)])
+    plan.price(cache, shipped=shipped_file(tmp_path / "shapes.json", {"nano": NANO}))
+    summary = plan.summary(workers=2)
+    assert summary["scorings"] == 7 and summary["scorings_unpriced"] == 0
+    scoring = 5 * 3.0 + 2 * 3.0 * 16 / 8  # 3 s a scoring at 8 problems a family, twice that at 16
+    assert summary["scoring_minutes"] == pytest.approx(scoring / 60)
+    train = max((8.0 + 2.0 * opsft.steps + 1.0 * sft.steps) / 2, plan.critical_path())
+    assert summary["wall_hours_lower_bound"] == pytest.approx(train / 3600)
+    assert summary["wall_hours"] == pytest.approx((30.0 + 2.0 + 4.0 + train + scoring / 2) / 3600)
+    assert render(plan, 2).splitlines()[-1].startswith("whole job on 2 workers: about")
+
+
+def test_the_map_scores_every_horizon_of_every_arm_and_a_drifted_base_per_horizon():
+    from ablations import regime_map as grid
+    from opsft.claims.regime_map import cell_runs, cell_seeds, grid_cells, horizons
+    from opsft.plan import add_map_scorings
+
+    scale = scale_profile("ci")
+    plan = Plan()
+    add_map_scorings(plan, "ci")
+    models, scored = set(), 0
+    for cell in grid_cells("ci"):
+        for seed in cell_seeds("ci", scale, cell):
+            arms = cell_runs(cell, scale, seed)[1]
+            for h in horizons(cell, arms["sft"].steps):
+                trained = [arms[a].digest() for a in grid.TRAINED_ARMS if a in arms]
+                models |= {(digest, h) for digest in trained} | {("drift_sign", cell.label, seed, h)}
+                scored += len(trained) + 1
+    assert len(plan.scorings) == len(models) > 0
+    assert scored > len(models)  # the cell of the other v rule trains the main cell's SFT arm: scored once
+    assert all(key[-1] == scale["eval_n"] for key in plan.scorings)
+
+
+@pytest.mark.parametrize("organisms", [{"nano": {"base_s": 1.0}}, {"nano": {**NANO, "score_s": "fast"}},
+                                       {"nano": {**NANO, "teacher_s": -1.0}}, ["nano"]])
+def test_a_malformed_shipped_organisms_section_is_a_value_error_naming_the_file(tmp_path, this_cpu, organisms):
+    from opsft.plan import shipped_organisms
+
+    path = shipped_file(tmp_path / "shapes.json", organisms)
+    with pytest.raises(ValueError, match=str(path)):
+        shipped_organisms(path)
+    plan = Plan(eval_n=8)
+    plan.add("C", teacher_sft())
+    with pytest.raises(ValueError, match=str(path)):
+        plan.price(tmp_path / "cache", shipped=path)
+
+
+def test_the_shipped_organisms_of_another_cpu_are_not_used(tmp_path, this_cpu):
+    from opsft.plan import shipped_organisms
+
+    path = shipped_file(tmp_path / "shapes.json", {"nano": NANO}, cpu="CPU Y")
+    assert shipped_organisms(path) == {} and shipped_organisms(path, cpu="CPU Y")["nano"]["score_s"] == 3.0

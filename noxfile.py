@@ -105,7 +105,7 @@ def ablations(session: nox.Session) -> None:
         session.run("opsft", "calibrate", *calibration_args(scale), "-o", results, "--jobs", jobs)
     run_claims(session, scale, "-n", jobs)
     if not recipe:
-        session.run("opsft", "map", "--scale", scale, "-o", f"{results}/map")
+        session.run("opsft", "map", "--scale", scale, "-o", f"{results}/map", "--jobs", jobs)
 
 
 @nox.session

@@ -172,6 +172,7 @@ def add_claims_commands(sub: argparse._SubParsersAction) -> None:
     m.add_argument("-o", "--output", type=Path, default=Path("results/map"))
     m.add_argument("--cell", action="append", default=[], help="only this cell, e.g. lr1e-04 (repeatable)")
     m.add_argument("--seed", action="append", type=int, default=[], help="only this seed (repeatable)")
+    m.add_argument("--jobs", type=int, default=1, help="worker processes measuring (cell, seed)s (default 1)")
     m.set_defaults(func=cmd_map)
 
 
@@ -179,7 +180,7 @@ def cmd_map(args: argparse.Namespace) -> int:
     """``opsft map``: ``opsft.claims.regime_map.run_map``."""
     from opsft.claims.regime_map import run_map
 
-    run_map(args.scale, args.output, tuple(args.cell), tuple(args.seed))
+    run_map(args.scale, args.output, tuple(args.cell), tuple(args.seed), jobs=args.jobs)
     return 0
 
 

@@ -6,7 +6,8 @@ A run starts once its parents are finished; a staged arm's config is built (in t
 result) when that parent finishes. Workers train through ``opsft.runs.run``, whose file lock keyed by the digest
 keeps two executors (or a claims session) from training one run twice, and whose result file is written last and
 atomically: stopping the executor (Ctrl-C) leaves every finished run cached and every unfinished one resumable
-from its last checkpoint. Each finished run prints a progress line: runs done and left, seconds per run, ETA.
+from its last checkpoint. Each finished run prints a progress line: runs done and left, and the training time left
+from the plan's estimates of the runs not yet finished, corrected by the pace measured so far (``pace``).
 
 A run that diverges (a non-finite loss or gradient norm: ``opsft.runs`` caches it as diverged) does not stop the
 job: the runs that depend on it (start from it, take v from it, are staged after it), or on a run cached as
@@ -16,14 +17,13 @@ diverged before, are blocked and not trained, each named in a line, and a last l
 from __future__ import annotations
 
 import os
-import time
 from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, Future, wait
 from pathlib import Path
 
 from opsft.config import RunConfig
 from opsft.plan import Plan, PlannedRun
-from opsft.progress import progress_text
+from opsft.progress import planned_eta_text
 from opsft.workers import LocalWorkers, Workers
 
 
@@ -52,6 +52,15 @@ def block_children(plan: Plan, todo: dict[str, PlannedRun], stopped: dict[str, t
     return blocked
 
 
+def pace(timed: list[tuple[float, float]], at_least: int = 5) -> float | None:
+    """Measured over estimated seconds of the runs finished so far (``(measured, estimated)`` pairs), once at
+    least ``at_least`` have finished, kept within [0.5, 2] (a cached run read back in no time, or one slowed by
+    a first organism build, does not swing the ETA); None before that."""
+    if len(timed) < at_least:
+        return None
+    return min(2.0, max(0.5, sum(m for m, _ in timed) / sum(e for _, e in timed)))
+
+
 def execute(plan: Plan, workers: Workers, log: Callable[[str], None] = print) -> int:
     """Train the plan's uncached runs on ``workers``, parents first, the longest remaining chain of work first
     among the ready ones, at most ``workers.slots`` at once. Returns the number of runs trained (or found
@@ -64,7 +73,9 @@ def execute(plan: Plan, workers: Workers, log: Callable[[str], None] = print) ->
     todo = {k: r for k, r in plan.runs.items() if not r.cached}
     finished = {k for k, r in plan.runs.items() if r.cached}
     stopped = {k: (k, step) for k in finished if (step := diverged_step(k, workers.cache)) is not None}
-    total, done, start = len(todo), 0, time.monotonic()
+    total, done = len(todo), 0
+    estimate = {k: r.estimate or 0.0 for k, r in todo.items()}
+    timed: list[tuple[float, float]] = []  # (measured, estimated) seconds of the runs finished so far
     diverged: list[str] = []
     blocked: list[str] = []
     running: dict[Future, tuple[str, RunConfig]] = {}
@@ -84,8 +95,10 @@ def execute(plan: Plan, workers: Workers, log: Callable[[str], None] = print) ->
             for future in wait(running, return_when=FIRST_COMPLETED)[0]:
                 key, config = running.pop(future)
                 try:
-                    future.result()
+                    wall = future.result()
                     outcome = ""
+                    if estimate[key] > 0 and isinstance(wall, (int, float)) and wall > 0:
+                        timed.append((float(wall), estimate[key]))
                 except DivergedRunError as err:
                     stopped[key] = (err.digest, err.step)
                     if err.digest != config.digest():  # a parent outside the plan diverged
@@ -97,8 +110,9 @@ def execute(plan: Plan, workers: Workers, log: Callable[[str], None] = print) ->
                 finished.add(key)
                 done += 1
                 cfg = plan.runs[key].config
-                log(f"execute: {progress_text(done, total, time.monotonic() - start, 'run')} (last: {key[:16]} "
-                    f"{cfg.objective.name} {cfg.steps} steps{outcome})")
+                left = sum(estimate[k] for k in [*todo, *(k for k, _ in running.values())])
+                log(f"execute: {planned_eta_text(done, total, left, workers.slots, pace(timed))} (last: "
+                    f"{key[:16]} {cfg.objective.name} {cfg.steps} steps{outcome})")
         if diverged or blocked:
             causes = sorted({stopped[k] for k in diverged + blocked})
             log(f"execute: {len(diverged)} run(s) diverged (cached as diverged), {len(blocked)} run(s) blocked by a "

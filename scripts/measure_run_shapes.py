@@ -3,8 +3,10 @@ and ``opsft execute`` estimate a first run on an empty cache from the first minu
 
 For every shape of the plan (model, objective, constrained or not, precision: ``opsft.plan.shape``) one planned run
 of that shape trains for ``--steps`` steps through the run cache (its parents, e.g. the GRPO run a constrained run
-takes v from, train in full first), one torch thread as every worker; seconds per step is the median of its
-per-step times after the first ``--warmup`` steps. The entry is keyed by this machine's CPU model and replaces that
+takes v from, train in full first), one torch thread as every worker, in ``--concurrent`` processes at once (copies
+with other seeds), as the main job's workers train side by side (on this 2-core machine two concurrent SFT runs
+took 1.29x the seconds per step of one alone); seconds per step is the median of their per-step times after the
+first ``--warmup`` steps. The entry is keyed by this machine's CPU model and replaces that
 CPU's earlier entry for the same shapes; other CPUs' entries are kept.
 
 For every organism of the plan, its ``organisms`` entry: the cold build's seconds as the cache recorded them when it
@@ -44,11 +46,24 @@ def representatives(scale: str) -> dict[tuple, object]:
     return found
 
 
-def measured(config, steps: int, warmup: int) -> float:
-    """Median seconds per step of ``config`` cut to ``steps`` steps, past its first ``warmup`` steps."""
-    short = dataclasses.replace(config, steps=min(steps, config.steps), snapshot_steps=())
-    times = [m["t_step"] for m in run(short).metrics]
-    return statistics.median(times[warmup:] or times)
+def _step_times(config, warmup: int) -> list[float]:
+    """Per-step seconds of ``config`` (trained through the run cache at one torch thread), past ``warmup``."""
+    torch.set_num_threads(1)
+    times = [m["t_step"] for m in run(config).metrics]
+    return times[warmup:] or times
+
+
+def measured(config, steps: int, warmup: int, concurrent: int) -> float:
+    """Median seconds per step of ``config`` cut to ``steps`` steps, past its first ``warmup`` steps, over
+    ``concurrent`` copies (seeds 1000 + i past its own) trained at once in as many processes."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    copies = [dataclasses.replace(config, steps=min(steps, config.steps), snapshot_steps=(), seed=config.seed + 1000 + i)
+              for i in range(concurrent)]
+    with ProcessPoolExecutor(max_workers=concurrent, mp_context=multiprocessing.get_context("spawn")) as pool:
+        times = [t for part in pool.map(_step_times, copies, [warmup] * concurrent) for t in part]
+    return statistics.median(times)
 
 
 def trajectory_seconds(org, family: str, n_problems: int) -> float:
@@ -125,6 +140,7 @@ def main() -> None:
     parser.add_argument("--scale", default="reference")
     parser.add_argument("--steps", type=int, default=30)
     parser.add_argument("--warmup", type=int, default=3)
+    parser.add_argument("--concurrent", type=int, default=2, help="copies trained at once (the job's workers)")
     parser.add_argument("--out", type=Path, default=SHIPPED_SHAPES)
     parser.add_argument("--score-runs", type=int, default=3,
                         help="cached runs of the plan (one per objective) timed with the base for a scoring's seconds")
@@ -134,9 +150,10 @@ def main() -> None:
     organisms = organism_entries(args.scale, args.score_runs)
     shapes = []
     for key, config in ({} if args.no_shapes else representatives(args.scale)).items():
-        seconds = measured(config, args.steps, args.warmup)
+        seconds = measured(config, args.steps, args.warmup, args.concurrent)
         shapes.append({"model": key[0], "objective": key[1], "constrained": key[2], "precision": key[3],
                        "s_per_step": round(seconds, 5), "steps_timed": min(args.steps, config.steps),
+                       "concurrent": args.concurrent,
                        "constraint": config.constraint.mode, "digest_of_full_run": config.digest()})
         print(f"{'/'.join(map(str, key))}: {seconds:.4f} s/step", flush=True)
     data = json.loads(args.out.read_text(encoding="utf-8")) if args.out.is_file() else {"cpus": {}}

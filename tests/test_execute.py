@@ -178,3 +178,15 @@ def test_a_run_that_really_diverges_leaves_the_other_runs_trained(tmp_path, cach
     assert run(sane, tmp_path).diverged is None and run(diverging, tmp_path).diverged is not None
     assert not (tmp_path / "runs" / child.digest() / "result.json").exists()
     assert lines[-1].startswith("execute: 1 run(s) diverged (cached as diverged), 1 run(s) blocked")
+
+
+def test_the_eta_comes_from_the_plans_estimates_corrected_by_the_measured_pace():
+    from opsft.execute import pace
+    from opsft.progress import planned_eta_text
+
+    assert pace([(10.0, 10.0)] * 4) is None  # too few runs to know the pace
+    assert pace([(12.0, 10.0)] * 5) == pytest.approx(1.2)
+    assert pace([(0.01, 10.0)] * 5) == 0.5 and pace([(100.0, 10.0)] * 5) == 2.0  # cached reads, a slowed start
+    assert planned_eta_text(1, 10, 3600.0, 2, None) == ("1/10 runs done, about 30 min of training left (the plan's "
+                                                        "estimates, 2 workers)")
+    assert "about 36 min of training left (the plan's estimates x 1.20" in planned_eta_text(5, 10, 3600.0, 2, 1.2)

@@ -128,3 +128,13 @@ def test_one_cell_end_to_end_resumes_without_measuring_again(tmp_path, cache_env
         run_map("smoke", tmp_path, ("lr1e-04_fp32v",))
     with pytest.raises(ValueError, match="unknown map cell"):
         run_map("smoke", tmp_path, ("lr9",))
+
+
+@pytest.mark.slow
+def test_the_map_in_two_worker_processes_writes_the_records_one_process_writes(tmp_path, cache_env):
+    one = run_map("smoke", tmp_path / "one", ("lr1e-04", "lr1e-04_fp32v"))
+    two = run_map("smoke", tmp_path / "two", ("lr1e-04", "lr1e-04_fp32v"), jobs=2)
+    assert [(r["cell"], r["seed"], r["rows"]) for r in two] == [(r["cell"], r["seed"], r["rows"]) for r in one]
+    assert (tmp_path / "two" / "README.md").read_text() == (tmp_path / "one" / "README.md").read_text()
+    with pytest.raises(ValueError, match="jobs=0"):
+        run_map("smoke", tmp_path / "one", jobs=0)

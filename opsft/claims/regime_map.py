@@ -240,19 +240,33 @@ def measured(out: Path, cell: Cell, scale: Mapping[str, Any], seed: int,
     return result
 
 
+def _measured_in_worker(out: Path, cell: Cell, scale_name: str, seed: int) -> dict:
+    """``measured`` in a worker process of ``run_map``, through the cached run graph, at the pinned thread count."""
+    from ablations.claims import scale_profile
+    from opsft.runs import run as cached_run
+    from opsft.threads import pinned_threads
+
+    with pinned_threads():
+        return measured(out, cell, scale_profile(scale_name), seed, cached_run)
+
+
 def run_map(scale_name: str, out: Path, labels: tuple[str, ...] = (), seeds: tuple[int, ...] = (),
-            run: Callable[[RunConfig], Any] | None = None) -> list[dict]:
+            run: Callable[[RunConfig], Any] | None = None, jobs: int = 1) -> list[dict]:
     """Measure every (cell, seed) of the map at ``scale_name`` (only the cells named in ``labels`` and the
     ``seeds`` given, when given), printing progress with an ETA, then write ``out/README.md`` and the figures
-    (``opsft.claims.map_report.write_map``). Returns the records."""
+    (``opsft.claims.map_report.write_map``). Returns the records. With ``jobs`` > 1 (and the cached run graph as
+    ``run``) the (cell, seed) measurements run in that many worker processes: each writes its own cell file and
+    scores at the pinned thread count, so the records are the same either way."""
+    import multiprocessing
     import time
+    from concurrent.futures import ProcessPoolExecutor, as_completed
 
     from ablations.claims import scale_profile
     from opsft.claims.map_report import write_map
     from opsft.progress import progress_text
-    from opsft.runs import run as cached_run
-    from opsft.threads import pinned_threads
 
+    if jobs < 1:
+        raise ValueError(f"run_map: jobs={jobs}, must be at least 1")
     scale = scale_profile(scale_name)
     every = grid_cells(scale_name)
     cells = [c for c in every if not labels or c.label in labels]
@@ -261,11 +275,28 @@ def run_map(scale_name: str, out: Path, labels: tuple[str, ...] = (), seeds: tup
         raise ValueError(f"unknown map cell(s) {sorted(unknown)} at scale {scale_name!r}; cells: "
                          f"{', '.join(c.label for c in every)}")
     todo = [(c, s) for c in cells for s in (seeds or cell_seeds(scale_name, scale, c))]
-    records, start = [], time.monotonic()
-    with pinned_threads():
-        for done, (cell, seed) in enumerate(todo, start=1):
-            records.append(measured(out, cell, scale, seed, run or cached_run))
-            spent = time.monotonic() - start
-            print(f"map: {progress_text(done, len(todo), spent, 'cell')} ({cell.label} seed {seed})", flush=True)
+    found: dict[int, dict] = {}
+    start = time.monotonic()
+
+    def note(index: int, record: dict) -> None:
+        found[index] = record
+        cell, seed = todo[index]
+        print(f"map: {progress_text(len(found), len(todo), time.monotonic() - start, 'cell')} ({cell.label} seed "
+              f"{seed})", flush=True)
+
+    if jobs > 1 and run is None:
+        with ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
+            futures = {pool.submit(_measured_in_worker, out, cell, scale_name, seed): i
+                       for i, (cell, seed) in enumerate(todo)}
+            for future in as_completed(futures):
+                note(futures[future], future.result())
+    else:
+        from opsft.runs import run as cached_run
+        from opsft.threads import pinned_threads
+
+        with pinned_threads():
+            for i, (cell, seed) in enumerate(todo):
+                note(i, measured(out, cell, scale, seed, run or cached_run))
+    records = [found[i] for i in range(len(todo))]
     write_map(out, records, main_cell(scale_name).label)
     return records

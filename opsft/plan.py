@@ -33,6 +33,7 @@ import math
 import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from opsft.claims.declared import Staged, parents, with_ancestors
 from opsft.config import RunConfig, model_label
@@ -107,16 +108,26 @@ def saved_step_seconds(storage: Path) -> dict[tuple, float]:
 SHIPPED_SHAPES = Path(__file__).resolve().parent.parent / "ablations" / "run_shapes.json"
 
 
+def shipped_entry(path: Path, cpu: str | None, section: str) -> Any:
+    """Section ``section`` of CPU model ``cpu``'s entry (default: this machine's) in the shipped shapes file
+    (``{"cpus": {cpu: {section: ...}}}``); None when the file or that CPU model or section is absent; a
+    ValueError names a file that is not JSON of that form."""
+    from opsft.provenance import cpu_model
+
+    if not path.is_file():
+        return None
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))["cpus"].get(cpu or cpu_model(), {}).get(section)
+    except (json.JSONDecodeError, KeyError, TypeError, AttributeError) as err:
+        raise ValueError(f"run shapes file {path}: not the shipped shapes format ({type(err).__name__}: {err})") from err
+
+
 def shipped_step_seconds(path: Path = SHIPPED_SHAPES, cpu: str | None = None) -> dict[tuple, float]:
     """Seconds per step per ``shape`` measured on CPU model ``cpu`` (default: this machine's) in the shipped
     shapes file (``{"cpus": {cpu: {"shapes": [{"model", "objective", "constrained", "precision", "s_per_step"},
     ...]}}}``); empty when the file or that CPU model is absent; a ValueError names a malformed file."""
-    from opsft.provenance import cpu_model
-
-    if not path.is_file():
-        return {}
+    entries = shipped_entry(path, cpu, "shapes") or []
     try:
-        entries = json.loads(path.read_text(encoding="utf-8"))["cpus"].get(cpu or cpu_model(), {}).get("shapes", [])
         return {(e["model"], e["objective"], e["constrained"], e["precision"]): float(e["s_per_step"])
                 for e in entries}
     except (json.JSONDecodeError, KeyError, TypeError, AttributeError, ValueError) as err:
@@ -134,12 +145,8 @@ def shipped_organisms(path: Path = SHIPPED_SHAPES, cpu: str | None = None) -> di
     (seconds per set, by file stem ``<family>-<n>-<tries>-<seed>``), and ``score_s``, the seconds of one scoring
     at ``score_eval_n`` problems a family. Empty when the file or that CPU model is absent; a ValueError names a
     malformed file."""
-    from opsft.provenance import cpu_model
-
-    if not path.is_file():
-        return {}
+    found = shipped_entry(path, cpu, "organisms") or {}
     try:
-        found = json.loads(path.read_text(encoding="utf-8"))["cpus"].get(cpu or cpu_model(), {}).get("organisms", {})
         out = {}
         for name, entry in found.items():
             parsed = {part: float(entry[part]) for part in BUILD_PARTS}
@@ -178,23 +185,16 @@ def trajectory_set(config: RunConfig) -> tuple[str, str, int] | None:
     return None
 
 
-def organism_folder(name: str, cache: Path) -> Path:
-    """Where ``opsft.pretraining.build_organism`` caches organism ``name`` under ``cache``."""
-    from opsft.organism.specs import ORGANISMS
-
-    return cache / "organisms" / f"{name}-{ORGANISMS[name].digest()}"
-
-
 def build_todo(name: str, cache: Path, sets: list[tuple[str, int]]) -> dict:
     """What the cold build of organism ``name`` still has to do in ``cache``: ``organism`` (no organism.json),
     ``base`` / ``teacher`` (that model is not pretrained: models are cached apart, and organisms share a
     teacher), and the SFT trajectory sets (file stems) of ``sets`` (``(family, n_problems)``) not yet sampled."""
     from opsft.organism.specs import ORGANISMS
-    from opsft.pretraining import _model_folder
+    from opsft.pretraining import model_folder, organism_folder
 
-    spec, folder = ORGANISMS[name], organism_folder(name, cache)
+    spec, folder = ORGANISMS[name], organism_folder(name, cache / "organisms")
     built = (folder / "organism.json").is_file()
-    models = {role: built or (_model_folder(spec.recipe(role), cache / "organisms") / "model.json").is_file()
+    models = {role: built or (model_folder(spec.recipe(role), cache / "organisms") / "model.json").is_file()
               for role in ("base", "teacher")}
     stems = sorted({trajectory_stem(f, n) for f, n in sets})
     return {"organism": not built, "base": not models["base"], "teacher": not models["teacher"],

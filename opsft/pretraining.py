@@ -109,7 +109,7 @@ def build_organism(name: str = "micro", cache: Path | None = None) -> Organism:
         raise KeyError(f"unknown organism {name!r}; known: {', '.join(ORGANISMS)}")
     spec = ORGANISMS[name]
     root = (cache or cache_root()) / "organisms"
-    folder = root / f"{name}-{spec.digest()}"
+    folder = organism_folder(name, root)
     folder.mkdir(parents=True, exist_ok=True)
     tokenizer = build_tokenizer()
     with FileLock(str(folder) + ".lock"):
@@ -121,10 +121,15 @@ def build_organism(name: str = "micro", cache: Path | None = None) -> Organism:
                     _load_model(spec.teacher, folder / report["models"]["teacher"]), report)
 
 
+def organism_folder(name: str, root: Path) -> Path:
+    """Where organism ``name`` (a key of ``ORGANISMS``) is cached under ``root`` (``<cache>/organisms``)."""
+    return root / f"{name}-{ORGANISMS[name].digest()}"
+
+
 def _trained(recipe: ModelRecipe, root: Path, tokenizer: PreTrainedTokenizerBase) -> tuple[Path, float]:
     """The weights file of ``recipe`` (``<root>/models/<style>-<digest>/model.safetensors``) and the seconds it
     took to pretrain: trained and saved with a checksummed ``model.json`` unless a verified one is there."""
-    folder = _model_folder(recipe, root)
+    folder = model_folder(recipe, root)
     folder.mkdir(parents=True, exist_ok=True)
     with FileLock(str(folder) + ".lock"):
         manifest = read_verified_manifest(folder / "model.json", "organism model cache")
@@ -138,15 +143,15 @@ def _trained(recipe: ModelRecipe, root: Path, tokenizer: PreTrainedTokenizerBase
     return folder / "model.safetensors", manifest["seconds"]
 
 
-def _model_folder(recipe: ModelRecipe, root: Path) -> Path:
-    """Where ``recipe``'s pretrained model is cached under ``root``."""
+def model_folder(recipe: ModelRecipe, root: Path) -> Path:
+    """Where ``recipe``'s pretrained model is cached under ``root`` (``<cache>/organisms``)."""
     return root / "models" / f"{recipe.style}-{recipe.digest()}"
 
 
 def _has_manifest(recipe: ModelRecipe, root: Path) -> bool:
     """Whether ``recipe``'s model has a manifest under ``root`` (``_trained`` verifies it, and retrains a corrupt
     entry, when it loads it)."""
-    return (_model_folder(recipe, root) / "model.json").exists()
+    return (model_folder(recipe, root) / "model.json").exists()
 
 
 def _trained_in_child(recipe: ModelRecipe, root: Path) -> tuple[Path, float]:

@@ -127,8 +127,8 @@ def teacher_sft(seed: int = 0):
 
 def test_the_organism_build_is_priced_only_for_what_the_cache_lacks(tmp_path, this_cpu):
     from opsft.organism.specs import ORGANISMS
-    from opsft.plan import organism_folder, trajectory_stem
-    from opsft.pretraining import _model_folder
+    from opsft.plan import trajectory_stem
+    from opsft.pretraining import model_folder, organism_folder
 
     shipped = shipped_file(tmp_path / "shapes.json", {"nano": NANO})
     sft, cache = teacher_sft(), tmp_path / "cache"
@@ -140,12 +140,12 @@ def test_the_organism_build_is_priced_only_for_what_the_cache_lacks(tmp_path, th
     assert plan.builds["nano"]["seconds"] == pytest.approx(30.0 + 2.0 + 4.0)
     summary = plan.summary(workers=2)
     assert summary["build_minutes"] == pytest.approx(36.0 / 60) and summary["to_build"] == ["nano"]
-    teacher = _model_folder(ORGANISMS["nano"].recipe("teacher"), cache / "organisms")
+    teacher = model_folder(ORGANISMS["nano"].recipe("teacher"), cache / "organisms")
     teacher.mkdir(parents=True)
     (teacher / "model.json").write_text("{}")  # another organism built the shared teacher
     plan.price(cache, shipped=shipped)
     assert plan.builds["nano"]["seconds"] == pytest.approx(10.0 + 2.0 + 4.0)
-    folder = organism_folder("nano", cache)
+    folder = organism_folder("nano", cache / "organisms")
     folder.mkdir(parents=True)
     (folder / "organism.json").write_text("{}")
     plan.price(cache, shipped=shipped)

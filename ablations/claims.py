@@ -40,7 +40,7 @@ _REGIME = {**SCALES["full"], "suite": "full", "organisms": ("small",), "row": LO
 # peaks; at five seeds it meets all three regime conditions (GRPO 18.7% visible, +2.6 [1.9, 3.3]; SFT 98.8%,
 # +8.2 [7.1, 9.3]; SFT takes the held-out mean from 54.2 to 5.7). The row: `regime`'s shape (GRPO and OPD 100
 # steps at lr 1e-6, SFT 400 steps, 4096 problems) at SFT lr 3e-4 (at 1e-4 this SFT does not learn in 400 steps,
-# nor in 200 at 3e-4, nor at batch 32 at 3e-4 or 1e-3: probes of this session, results/organism.md). The sweeps
+# nor in 200 at 3e-4, nor at batch 32 at 3e-4 or 1e-3: one-seed probes of issue 34, in its closing note of 2026-12-07). The sweeps
 # over rows (X05, X06) train the row alone, the map's main cell, so X05's arms are the map's own runs (the map
 # sweeps the learning rate: ablations/regime_map.py, REFERENCE_GRID). Sizes are the `candidates` calibration's:
 # 5 seeds, 1000 held-out problems a family.

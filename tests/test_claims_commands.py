@@ -163,11 +163,11 @@ def test_the_readme_examples_over_the_committed_runs(capsys):
     assert main(["claims", "compare", "2", "3", "--storage", str(REPO_ROOT / ".claims" / "ci"), "-k", "c02"]) == 0
     out, err = capsys.readouterr()
     assert "nan" not in out and "so no interval exists" in out and err.endswith("12 unchanged; exit 0\n")
-    # three seeds at `regime`: OPSFT's C02 means moved past CI's tolerance between the two runs, with intervals
-    assert main(["claims", "compare", "1", "3", "--storage", str(REPO_ROOT / ".claims" / "regime"), "-k", "c02"]) == 1
+    # the Intel and the AMD baselines: the note says the CPUs differ, and C02's means moved past the tolerances
+    assert main(["claims", "compare", "3", "4", "--storage", str(REPO_ROOT / ".claims" / "ci"), "-k", "c02"]) == 1
     out, err = capsys.readouterr()
-    assert "nan" not in out and "| opsft.in_domain | 5.333 | 38.83 | 33.5 | [38.5, 39.5] | FAIL |" in out
-    assert err.startswith("3 of 12 means moved past the tolerances")
+    assert "nan" not in out and "A and B were measured on different CPUs" in out
+    assert err.startswith("11 of 12 means moved past the tolerances")
 
 
 @pytest.mark.parametrize("estimate, seeds, cell", [

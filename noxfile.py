@@ -31,7 +31,8 @@ def tests(session: nox.Session) -> None:
     are left out), then every claim at `ci` scale on the micro organism and the recipe claims at `paper-tiny`
     (the paper scale's path on CPU stand-ins), each compared with its committed baseline. Every organism
     accuracy of the claims is cross-checked: the in-house greedy scorer must give each problem the completion
-    and verdict lm-eval gave it (``opsft.evals.organism_scores``), on every arm."""
+    and verdict lm-eval gave it (``opsft.evals.organism_scores``), on every arm. Last, the micro organism the
+    claims built is checked against the committed fingerprints of pinned numerics (nano's are a unit test)."""
     install_project(session)
     session.run("pytest", "-n", "2", "tests", "-m", "not cluster", *session.posargs)
     fail = [f"--claims-compare-fail={t}" for t in CI_TOLERANCES]
@@ -39,6 +40,7 @@ def tests(session: nox.Session) -> None:
         session.run("pytest", "-n", "2", "-p", "no:cacheprovider", "suite", "--scale", scale, "--claims-storage",
                     scale_outputs(scale)[1], "--claims-compare", scale, *fail, *session.posargs,
                     env={"OPSFT_SCORING_CROSS_CHECK": "1"})
+    session.run("opsft", "fingerprints", "--organisms", "micro")
 
 
 # The reference scale (issue 34): the micro_b1200 organism in the papers' regime, its whole job sized for 2 hours

@@ -20,6 +20,7 @@ Handler = Callable[[argparse.Namespace], int | None]
 # Modules whose subcommands `opsft` offers, in help order; REGISTRARS declares each one's arguments.
 COMMAND_MODULES: tuple[str, ...] = (
     "opsft.directions", "opsft.diagnostics", "opsft.calibrate", "opsft.recipes", "opsft.claims", "opsft.plan",
+    "opsft.fingerprints",
 )
 
 # Choices and defaults owned by modules too heavy to import here; tests/test_cli.py checks that they agree.
@@ -217,6 +218,17 @@ def add_plan_commands(sub: argparse._SubParsersAction) -> None:
     execute.set_defaults(func=lazy("opsft.execute", "cmd_execute"))
 
 
+def add_fingerprints_command(sub: argparse._SubParsersAction) -> None:
+    """``opsft fingerprints``: the pinned numerics' weight digests recomputed here against the committed file."""
+    p = sub.add_parser("fingerprints", help="recompute the pinned numerics' weight fingerprints and check the file")
+    p.add_argument("--organisms", nargs="+", choices=("nano", "micro"), default=["nano", "micro"],
+                   help="organisms to fingerprint (nano also fingerprints the short runs; default both)")
+    p.add_argument("--file", type=Path, default=Path("tests/fingerprints.json"), help="the fingerprint file")
+    p.add_argument("--write", action="store_true",
+                   help="start the file when its numerics differ; on a match, record this CPU model as matching")
+    p.set_defaults(func=lazy("opsft.fingerprints", "cmd_fingerprints"))
+
+
 REGISTRARS: dict[str, Callable[[argparse._SubParsersAction], None]] = {
     "opsft.directions": add_direction_commands,
     "opsft.diagnostics": add_diagnose_command,
@@ -224,6 +236,7 @@ REGISTRARS: dict[str, Callable[[argparse._SubParsersAction], None]] = {
     "opsft.recipes": add_recipe_command,
     "opsft.claims": add_claims_commands,
     "opsft.plan": add_plan_commands,
+    "opsft.fingerprints": add_fingerprints_command,
 }
 
 

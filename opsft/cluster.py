@@ -19,7 +19,9 @@ Resources: an organism run is a task of one CPU. With ``gpus_per_run`` G >= 1, a
 model folder) is a task of G GPUs that trains through ``torchrun --standalone --nproc-per-node G -m
 opsft.distributed`` (``strategy``: DDP or FSDP2) into the same cache; Ray places it on a node with G free GPUs and
 sets ``CUDA_VISIBLE_DEVICES`` for it. A torchrun job that fails (``TorchrunFailed``) is retried like a dead
-worker, resuming from the run's checkpoint; its ranks stop when the task's worker dies.
+worker, resuming from the run's checkpoint; its ranks stop when the task's worker dies. The driver's numerics
+mode (``opsft.numerics``) travels to every worker in the job's environment, so a task computes, and files under,
+the digest the driver asked for.
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ from urllib.parse import urlsplit
 
 from opsft.config import RunConfig
 from opsft.io import atomic_write
+from opsft.numerics import ENV, mode
 from opsft.workers import train_in_worker
 
 CONNECT_TIMEOUT = 10.0
@@ -177,7 +180,7 @@ class RayWorkers:
         ray = ray_module()
         if not ray.is_initialized():  # "local": a new instance, never one RAY_ADDRESS or `ray start` left behind
             ray.init(address=self.address or "local", num_cpus=self.cpus, include_dashboard=False,
-                     log_to_driver=False)
+                     log_to_driver=False, runtime_env={"env_vars": {ENV: mode()}})
             self._started = True
         self._task = ray.remote(train_on_node).options(num_cpus=1, max_retries=self.retries, retry_exceptions=False)
         self._gpu_task = ray.remote(train_with_torchrun).options(num_cpus=1, num_gpus=self.gpus_per_run,

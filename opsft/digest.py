@@ -1,5 +1,6 @@
 """Content digests of frozen dataclasses: the stable hash that keys every cache entry (runs, organisms,
-trajectories). The bottom layer: it imports nothing of the project."""
+trajectories). The bottom layer: it imports nothing of the project but ``opsft.numerics`` (which imports none of
+it either): the numerics mode is part of every digest, so pinned and native results never share a cache entry."""
 
 from __future__ import annotations
 
@@ -7,6 +8,8 @@ import dataclasses
 import hashlib
 import json
 from typing import Any
+
+from opsft.numerics import digest_tag
 
 # Bump when a change to the code alters what a given config computes: old cache entries then miss.
 # 2: the lean sampler prefills once per prompt and drops finished rows; right-padded batches run unmasked.
@@ -38,12 +41,16 @@ def _canonical(obj: Any, for_digest: bool = False) -> Any:
 
 
 class Digestible:
-    """Mixin: a stable SHA-256 (first 16 hex digits) of the dataclass's canonical JSON and CACHE_VERSION."""
+    """Mixin: a stable SHA-256 (first 16 hex digits) of the dataclass's canonical JSON, CACHE_VERSION and the
+    numerics mode (``opsft.numerics.digest_tag``; left out for native numerics, whose digests are those from before
+    the numerics were pinned)."""
 
     def digest(self) -> str:
         """Content hash of every field (recursively), independent of process, platform and dict order."""
-        payload = json.dumps({"v": CACHE_VERSION, "cfg": _canonical(self, for_digest=True), **self.digest_context()},
-                             sort_keys=True)
+        tag = digest_tag()  # native numerics keep the digests from before pinning: they compute what those did
+        numerics = {} if tag == "native" else {"numerics": tag}
+        payload = json.dumps({"v": CACHE_VERSION, **numerics, "cfg": _canonical(self, for_digest=True),
+                              **self.digest_context()}, sort_keys=True)
         return hashlib.sha256(payload.encode()).hexdigest()[:16]
 
     def digest_context(self) -> dict[str, Any]:

@@ -1,6 +1,7 @@
 """The project's C++ kernels (``opsft/csrc``), built on first use with ``torch.utils.cpp_extension`` (a C++
-compiler and ninja) under the cache folder (``extensions/``), once per CPU model, source and flags:
-``-march=native`` code must not run on another CPU sharing the cache."""
+compiler and ninja) under the cache folder (``extensions/``), once per CPU model, source and flags: under native
+numerics ``-march=native`` code must not run on another CPU sharing the cache; pinned numerics compile for
+``x86-64-v3`` (``opsft.numerics.extension_march``)."""
 
 from __future__ import annotations
 
@@ -9,12 +10,21 @@ import platform
 from pathlib import Path
 from types import ModuleType
 
+from opsft.numerics import extension_march
 from opsft.paths import cache_root
 
 CSRC = Path(__file__).parent / "csrc"
-# no FMA contraction (reproducible rounding); sqrt without errno, so the loop vectorizes; full-width AVX-512;
-# OpenMP, without which ATen's parallel_for (a header template) runs the whole loop on one thread
-FLAGS = ("-O3", "-ffp-contract=off", "-fno-math-errno", "-march=native", "-mprefer-vector-width=512", "-fopenmp")
+# no FMA contraction (reproducible rounding); sqrt without errno, so the loop vectorizes; OpenMP, without which
+# ATen's parallel_for (a header template) runs the whole loop on one thread
+FLAGS = ("-O3", "-ffp-contract=off", "-fno-math-errno", "-fopenmp")
+# native numerics: this CPU's instructions, full-width AVX-512 where it has them
+NATIVE_FLAGS = ("-march=native", "-mprefer-vector-width=512")
+
+
+def flags() -> tuple[str, ...]:
+    """The compiler flags of the numerics mode: ``FLAGS`` and the target (``extension_march``)."""
+    march = extension_march()
+    return FLAGS + (NATIVE_FLAGS if march == "native" else (f"-march={march}",))
 
 
 def cpu_identity() -> str:
@@ -28,12 +38,13 @@ def cpu_identity() -> str:
 
 def build(stem: str) -> ModuleType:
     """The extension ``csrc/<stem>.cpp``, compiled into ``<cache>/extensions/<stem>-<digest>`` (digest: the
-    first 12 hex digits of sha256(CPU identity + source + flags)) or loaded from there when already built."""
+    first 12 hex digits of sha256(CPU identity + source + ``flags()``)) or loaded from there when already built."""
     from torch.utils.cpp_extension import load
 
     source = CSRC / f"{stem}.cpp"
-    digest = hashlib.sha256((cpu_identity() + source.read_text() + " ".join(FLAGS)).encode()).hexdigest()[:12]
+    cflags = flags()
+    digest = hashlib.sha256((cpu_identity() + source.read_text() + " ".join(cflags)).encode()).hexdigest()[:12]
     folder = cache_root() / "extensions" / f"{stem}-{digest}"
     folder.mkdir(parents=True, exist_ok=True)
-    return load(name=f"opsft_{stem}_{digest}", sources=[str(source)], extra_cflags=list(FLAGS),
+    return load(name=f"opsft_{stem}_{digest}", sources=[str(source)], extra_cflags=list(cflags),
                 build_directory=str(folder))

@@ -24,6 +24,7 @@ from transformers import PreTrainedTokenizerBase, Qwen3ForCausalLM
 from opsft.checkpoints import save_state
 from opsft.config import OptimConfig
 from opsft.io import atomic_write_json, file_sha256, read_verified_manifest
+from opsft.numerics import record as numerics_record
 from opsft.objectives import sft_loss
 from opsft.organism import tasks
 from opsft.organism.accuracy import accuracy
@@ -193,4 +194,5 @@ def _build(spec: OrganismSpec, root: Path, folder: Path, tokenizer: PreTrainedTo
         "models": models,
         "sha256": {models[role]: file_sha256(paths[role]) for role in paths},
         "torch": torch.__version__,
+        "numerics": numerics_record(),
     }

@@ -43,9 +43,12 @@ def git_state() -> tuple[str | None, bool | None]:
 
 
 def provenance() -> dict:
-    """Commit and dirty flag of the checkout, versions of the numeric stack, machine, threads and UTC time."""
+    """Commit and dirty flag of the checkout, versions of the numeric stack, the numerics mode and settings
+    (``opsft.numerics.record``), machine, threads and UTC time."""
     import torch
     import transformers
+
+    from opsft.numerics import record
 
     commit, dirty = git_state()
     return {
@@ -54,6 +57,7 @@ def provenance() -> dict:
         "torch": torch.__version__,
         "transformers": transformers.__version__,
         "python": platform.python_version(),
+        "numerics": record(),
         "machine": {"cpu": cpu_model(), "cores": os.cpu_count(), "platform": platform.platform(),
                     "torch_threads": torch.get_num_threads()},
         "utc": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),

@@ -32,3 +32,10 @@ def cache_env(shared_cache, monkeypatch):
     """Point OPSFT_CACHE at the shared test cache."""
     monkeypatch.setenv("OPSFT_CACHE", str(shared_cache))
     return shared_cache
+
+
+@pytest.fixture
+def native_numerics(monkeypatch):
+    """Digests as native numerics compute them (``OPSFT_NUMERICS=native``): those from before the numerics were
+    pinned, which tests of digest stability pin down."""
+    monkeypatch.setenv("OPSFT_NUMERICS", "native")

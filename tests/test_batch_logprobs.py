@@ -57,7 +57,7 @@ def test_one_chunk_and_left_padding_run_the_one_forward_bitwise():
         assert torch.equal(batch_logprobs(model, left, 4), batch_logprobs(model, left, 1))
 
 
-def test_recipes_without_chunks_keep_their_digests():
+def test_recipes_without_chunks_keep_their_digests(native_numerics):
     nano = ORGANISMS["nano"]  # its models (and paper-tiny's stand-ins) are the ones cached before chunks existed
     assert (nano.digest(), nano.recipe("base").digest(), nano.recipe("teacher").digest()) == (
         "9d2a92bfd5f1740f", "60e2ce20415fdfcd", "cbec1abda58a0800")

@@ -154,8 +154,16 @@ def test_runs_from_different_cpus_are_named_as_such():
     a = one_seed_payload("ci", {"opsft.in_domain": 40.0}, seeds=(0, 1))
     b = one_seed_payload("ci", {"opsft.in_domain": 40.0}, cpu="AMD EPYC", seeds=(0, 1))
     assert compare_notes(a, b, ["C02"]) == [
-        "A and B were measured on different CPUs (Intel(R) Xeon(R) Processor; AMD EPYC): their means differ by the "
-        "CPU's kernels as well as by the code, so CI compares runs of one CPU model only."]
+        "A and B were measured on different CPUs (Intel(R) Xeon(R) Processor; AMD EPYC) under native numerics: their "
+        "means differ by the CPU's kernels as well as by the code, so CI compares native runs of one CPU model only."]
+    pinned = {"numerics": {"tag": "pinned-1"}}
+    a["provenance"] |= pinned
+    b["provenance"] |= pinned
+    assert compare_notes(a, b, ["C02"]) == []
+    del a["provenance"]["numerics"]
+    assert compare_notes(a, b, ["C02"]) == [
+        "A and B ran under different numerics (native; pinned-1): their means differ by the kernels as well as by "
+        "the code."]
 
 
 def test_the_readme_examples_over_the_committed_runs(capsys):

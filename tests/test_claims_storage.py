@@ -27,33 +27,46 @@ def saved_record(claim_id: str, rows: list[dict]) -> dict:
             "seeds": sorted({row["seed"] for row in rows})}
 
 
-def payload(cpu: str, value: float) -> dict:
+def payload(cpu: str, value: float, numerics: str = "native") -> dict:
     record = saved_record("C02", [{**row, "values": {"in_domain": value}} for row in C02_ROWS[:1]])
-    return {"scale": "ci", "claims": {"C02": record}, "provenance": {"machine": {"cpu": cpu}}}
+    prov = {"machine": {"cpu": cpu}, **({} if numerics == "native" else {"numerics": {"tag": numerics}})}
+    return {"scale": "ci", "claims": {"C02": record}, "provenance": prov}
 
 
 def first_mean(run: dict) -> float:
     return run["claims"]["C02"]["rows"][0]["values"]["in_domain"]
 
 
-def test_the_baseline_is_the_latest_named_run_measured_on_this_cpu(tmp_path):
+def test_a_native_baseline_is_the_latest_named_native_run_measured_on_this_cpu(tmp_path):
     save_run(tmp_path, "ci", payload("Intel Xeon", 1.0))
     save_run(tmp_path, "ci", payload("AMD EPYC", 2.0))
     save_run(tmp_path, "ci", payload("Intel Xeon", 3.0))
+    save_run(tmp_path, "ci", payload("AMD EPYC", 5.0, "pinned-1"))
     save_run(tmp_path, "other", payload("AMD EPYC", 4.0))
-    run, note = load_baseline(tmp_path, "ci", "AMD EPYC")
+    run, note = load_baseline(tmp_path, "ci", "AMD EPYC", "native")
     assert first_mean(run) == 2.0 and "0002_ci.json" in note
-    run, _ = load_baseline(tmp_path, "ci", "Intel Xeon")
+    run, _ = load_baseline(tmp_path, "ci", "Intel Xeon", "native")
     assert first_mean(run) == 3.0
-    run, _ = load_baseline(tmp_path, None, "AMD EPYC")
+    run, _ = load_baseline(tmp_path, None, "AMD EPYC", "native")
     assert first_mean(run) == 4.0
 
 
-def test_without_a_run_from_this_cpu_numbers_are_not_compared_and_the_note_says_why(tmp_path):
+def test_a_pinned_baseline_is_the_latest_run_under_the_same_pinned_numerics_on_any_cpu(tmp_path):
+    save_run(tmp_path, "ci", payload("AMD EPYC", 1.0, "pinned-1"))
+    save_run(tmp_path, "ci", payload("Intel Xeon", 2.0))
+    save_run(tmp_path, "ci", payload("AMD EPYC", 3.0, "pinned-2"))
+    run, note = load_baseline(tmp_path, "ci", "Intel Xeon", "pinned-1")
+    assert first_mean(run) == 1.0 and "0001_ci.json" in note and "any CPU" in note
+    assert first_mean(load_baseline(tmp_path, "ci", "Intel Xeon", "pinned-2")[0]) == 3.0
+
+
+def test_without_a_comparable_run_numbers_are_not_compared_and_the_note_says_why(tmp_path):
     save_run(tmp_path, "ci", payload("Intel Xeon", 1.0))
-    run, note = load_baseline(tmp_path, "ci", "AMD EPYC")
+    run, note = load_baseline(tmp_path, "ci", "AMD EPYC", "native")
     assert run is None
-    assert note.startswith("numbers not compared") and "AMD EPYC" in note and "Intel Xeon" in note
+    assert note.startswith("numbers not compared") and "AMD EPYC" in note and "native on Intel Xeon" in note
+    run, note = load_baseline(tmp_path, "ci", "Intel Xeon", "pinned-1")
+    assert run is None and "pinned-1 numerics" in note
 
 
 def set_field(record: dict, field: str, value) -> None:

@@ -67,7 +67,7 @@ def test_opd_from_a_folder_needs_a_teacher_folder(roots):
         opd_teacher(dataclasses.replace(config, teacher="/no/such/teacher"), None)
 
 
-def test_a_field_added_later_keeps_every_earlier_digest():
+def test_a_field_added_later_keeps_every_earlier_digest(native_numerics):
     # The digests at d97ae45, before OrganismSpec.pretrain_length_chunks existed (and equal to 6d0347f's, before
     # RunConfig.teacher existed): unset, a later field is left out of the digest. The micro organism's recipe
     # changed after d97ae45, so its runs' digests moved on purpose; nano's did not.

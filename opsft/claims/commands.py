@@ -31,7 +31,15 @@ from pathlib import Path
 
 from opsft.claims.compare import CI_TOLERANCES, Change, Threshold, compare, parse_threshold
 from opsft.claims.registry import CLAIMS, RULE_VERSIONS
-from opsft.claims.storage import load_run, read_run, run_cpu, saved_runs, summary_entry, write_summary
+from opsft.claims.storage import (
+    load_run,
+    read_run,
+    run_cpu,
+    run_numerics,
+    saved_runs,
+    summary_entry,
+    write_summary,
+)
 from opsft.claims.tables import number
 
 
@@ -96,21 +104,26 @@ def interval_cell(estimate: Mapping, seeds: Sequence[int] | None) -> str:
 
 def run_line(label: str, ref: str, run: Mapping) -> str:
     """A markdown item naming run ``label`` (its file stem, else ``ref``): scale, commit (12 characters), tree,
-    date and CPU."""
+    date, CPU and numerics."""
     prov = run.get("provenance") or {}
     name = f"{run['number']:04d}_{run['name']}" if isinstance(run.get("number"), int) and run.get("name") else ref
     tree = {True: "dirty", False: "clean"}.get(prov.get("dirty"), "tree unknown")
     return (f"- {label}: `{name}`, scale {run['scale']}, commit {(prov.get('commit') or '?')[:12]} ({tree}), "
-            f"{prov.get('utc', 'date unknown')}, {run_cpu(run) or 'CPU unknown'}")
+            f"{prov.get('utc', 'date unknown')}, {run_cpu(run) or 'CPU unknown'}, {run_numerics(run)} numerics")
 
 
 def compare_notes(a: Mapping, b: Mapping, claim_ids: Sequence[str]) -> list[str]:
-    """Lines that say what the comparison cannot show: the CPUs differ (a run's numbers depend on the CPU's
-    kernels, ``opsft.claims.storage.load_baseline``), and B holds one seed of every claim (no interval)."""
+    """Lines that say what the comparison cannot show: the numerics differ, or both are native and the CPUs
+    differ (a run's numbers then depend on the CPU's kernels, ``opsft.claims.storage.load_baseline``), and B holds
+    one seed of every claim (no interval)."""
     notes = []
-    if run_cpu(a) and run_cpu(b) and run_cpu(a) != run_cpu(b):
-        notes.append(f"A and B were measured on different CPUs ({run_cpu(a)}; {run_cpu(b)}): their means differ by "
-                     "the CPU's kernels as well as by the code, so CI compares runs of one CPU model only.")
+    if run_numerics(a) != run_numerics(b):
+        notes.append(f"A and B ran under different numerics ({run_numerics(a)}; {run_numerics(b)}): their means "
+                     "differ by the kernels as well as by the code.")
+    elif run_numerics(a) == "native" and run_cpu(a) and run_cpu(b) and run_cpu(a) != run_cpu(b):
+        notes.append(f"A and B were measured on different CPUs ({run_cpu(a)}; {run_cpu(b)}) under native numerics: "
+                     "their means differ by the CPU's kernels as well as by the code, so CI compares native runs "
+                     "of one CPU model only.")
     single = one_seed(b, claim_ids)
     if single and len(single) == len(claim_ids):
         seeds = sorted({s for c in single for s in run_seeds(b, c) or ()})

@@ -27,6 +27,7 @@ from opsft.claims.recorder import ClaimRecorder
 from opsft.claims.registry import CLAIMS, get
 from opsft.claims.session import PROPERTY, ClaimsSession, Options
 from opsft.claims.storage import REFERENCE_SCALES, load_baseline
+from opsft.numerics import digest_tag
 from opsft.progress import progress_text
 from opsft.provenance import cpu_model
 from opsft.threads import pinned_threads
@@ -64,7 +65,7 @@ def pytest_configure(config: pytest.Config) -> None:
     compare = config.getoption("claims_compare")
     try:  # fail before anything trains when the baseline is missing or corrupt
         baseline, baseline_note = (None, "") if compare is None else load_baseline(storage, compare or None,
-                                                                                  cpu_model())
+                                                                                  cpu_model(), digest_tag())
     except (FileNotFoundError, ValueError) as err:
         raise pytest.UsageError(f"--claims-compare: {err}") from None
     if not hasattr(config, "workerinput"):  # xdist workers save nothing

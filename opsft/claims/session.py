@@ -47,7 +47,7 @@ class Options:
     scale: str = "smoke"
     save: str | None = None
     compare: str | None = None  # "" = the latest saved run
-    baseline: dict | None = None  # the run file --claims-compare names, measured on this CPU model
+    baseline: dict | None = None  # the run file --claims-compare names, comparable here (storage.load_baseline)
     baseline_note: str = ""  # which baseline, or why numbers are not compared
     compare_fail: tuple[Threshold, ...] = ()
     strict: bool = False

@@ -165,18 +165,30 @@ def run_cpu(run: Mapping) -> str | None:
     return run.get("provenance", {}).get("machine", {}).get("cpu")
 
 
-def load_baseline(storage: Path, ref: str | None, cpu: str) -> tuple[dict | None, str]:
-    """The run ``load_run(storage, ref)`` would pick among those measured on ``cpu``, and a line saying which;
-    None and a line naming the CPUs saved when no such run was measured on ``cpu``. A run's weights, and so its
-    accuracies, depend on the CPU model's kernels (the same commit trained a different ``micro`` base on an AMD
-    EPYC than on an Intel Xeon), so numbers compare only within one CPU model."""
+def run_numerics(run: Mapping) -> str:
+    """The numerics a saved run was measured under (``opsft.numerics.digest_tag``: ``pinned-N`` or ``native``);
+    ``native`` for runs saved before the numerics were pinned."""
+    return ((run.get("provenance") or {}).get("numerics") or {}).get("tag", "native")
+
+
+def load_baseline(storage: Path, ref: str | None, cpu: str, numerics: str) -> tuple[dict | None, str]:
+    """The run ``load_run(storage, ref)`` would pick among those comparable with this process (``numerics``, its
+    ``digest_tag``, on CPU model ``cpu``), and a line saying which; None and a line saying why when there is none.
+    Under pinned numerics a run's bits depend on the commit and the seed alone, so every run saved under the same
+    pinned settings compares, on any CPU model; under native numerics its weights, and so its accuracies, depend
+    on the CPU's kernels (the same commit trained a different ``micro`` base on an AMD EPYC than on an Intel
+    Xeon), so only native runs of the same CPU model compare."""
     runs = [(path, read_run(path)) for path in _named(storage, ref)]
-    same = [(path, run) for path, run in runs if run_cpu(run) == cpu]
+    pinned = numerics != "native"
+    same = [(path, run) for path, run in runs
+            if run_numerics(run) == numerics and (pinned or run_cpu(run) == cpu)]
     if same:
-        return same[-1][1], f"baseline {same[-1][0]} (measured on this CPU, {cpu})"
-    cpus = sorted({str(run_cpu(run)) for _, run in runs})
-    return None, (f"numbers not compared: no saved run {ref or '(latest)'} in {storage} was measured on this CPU "
-                  f"({cpu}; saved runs come from {', '.join(cpus)}); save one here with --claims-save")
+        where = "any CPU" if pinned else f"this CPU, {cpu}"
+        return same[-1][1], f"baseline {same[-1][0]} ({numerics} numerics, comparable on {where})"
+    saved = sorted({f"{run_numerics(run)} on {run_cpu(run)}" for _, run in runs})
+    wanted = f"{numerics} numerics" if pinned else f"native numerics on this CPU ({cpu})"
+    return None, (f"numbers not compared: no saved run {ref or '(latest)'} in {storage} was measured under "
+                  f"{wanted}; saved runs: {', '.join(saved)}; save one here with --claims-save")
 
 
 def summary_entry(run: Mapping, claim_id: str, run_name: str) -> SummaryEntry:

@@ -223,7 +223,7 @@ def add_fingerprints_command(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("fingerprints", help="recompute the pinned numerics' weight fingerprints and check the file")
     p.add_argument("--organisms", nargs="+", choices=("nano", "micro"), default=["nano", "micro"],
                    help="organisms to fingerprint (nano also fingerprints the short runs; default both)")
-    p.add_argument("--file", type=Path, default=Path("tests/fingerprints.json"), help="the fingerprint file")
+    p.add_argument("--file", type=Path, help="the fingerprint file (default: the committed tests/fingerprints.json)")
     p.add_argument("--write", action="store_true",
                    help="start the file when its numerics differ; on a match, record this CPU model as matching")
     p.set_defaults(func=lazy("opsft.fingerprints", "cmd_fingerprints"))

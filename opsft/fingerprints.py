@@ -19,9 +19,9 @@ import json
 from dataclasses import replace
 from pathlib import Path
 
+from opsft.claims.tables import REPO_ROOT
 from opsft.io import atomic_write_json
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
 FINGERPRINTS = REPO_ROOT / "tests" / "fingerprints.json"
 ORGANISMS = ("nano", "micro")
 RUN_STEPS = 20
@@ -105,10 +105,11 @@ def cmd_fingerprints(args: argparse.Namespace) -> int:
     from opsft.numerics import digest_tag
     from opsft.provenance import cpu_model
 
+    path = args.file or FINGERPRINTS
     tag, found = digest_tag(), compute(tuple(args.organisms))
     if tag == "native":
         raise ValueError("fingerprints hold for pinned numerics only; unset OPSFT_NUMERICS (native is per CPU)")
-    expected = read(args.file) if args.file.is_file() else None
+    expected = read(path) if path.is_file() else None
     if expected is not None and expected["numerics"] == tag:
         known = found if not args.write else {k: v for k, v in found.items() if k in expected["sha256"]}
         wrong = mismatches(expected, known, cpu_model())
@@ -116,14 +117,14 @@ def cmd_fingerprints(args: argparse.Namespace) -> int:
             print(f"fingerprint mismatch: {line}")
         if wrong:
             return 1
-        print(f"{len(found)} fingerprints match {args.file} ({tag}) on {cpu_model()}")
+        print(f"{len(found)} fingerprints match {path} ({tag}) on {cpu_model()}")
         if args.write:
             expected["sha256"] = {**expected["sha256"], **found}
             expected["matched_on"].append(stamp())
-            atomic_write_json(args.file, expected)
+            atomic_write_json(path, expected)
         return 0
     if not args.write:
-        raise ValueError(f"{args.file} holds no fingerprints for {tag} numerics: make them with --write")
-    atomic_write_json(args.file, {"numerics": tag, "made_on": stamp(), "matched_on": [stamp()], "sha256": found})
-    print(f"{len(found)} fingerprints written to {args.file} ({tag}) on {cpu_model()}")
+        raise ValueError(f"{path} holds no fingerprints for {tag} numerics: make them with --write")
+    atomic_write_json(path, {"numerics": tag, "made_on": stamp(), "matched_on": [stamp()], "sha256": found})
+    print(f"{len(found)} fingerprints written to {path} ({tag}) on {cpu_model()}")
     return 0

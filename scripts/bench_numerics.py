@@ -32,7 +32,6 @@ sys.path[:0] = [str(SCRIPTS.parent), str(SCRIPTS)]
 
 MODES = ("native", "pinned")
 RUN_STEPS = 60
-SETTINGS = ("ATEN_CPU_CAPABILITY", "MKL_CBWR", "ONEDNN_MAX_CPU_ISA")  # opsft.numerics.PINNED_SETTINGS's names
 
 
 def child(cache: str | None, seed: int) -> dict[str, float]:
@@ -61,7 +60,9 @@ def child(cache: str | None, seed: int) -> dict[str, float]:
 
 def measure(mode: str, cache: str | None, seed: int) -> dict[str, float]:
     """``child`` in a fresh interpreter under ``mode``."""
-    env = {k: v for k, v in os.environ.items() if k not in SETTINGS}
+    from opsft.numerics import PINNED_SETTINGS
+
+    env = {k: v for k, v in os.environ.items() if k not in PINNED_SETTINGS}
     env["OPSFT_NUMERICS"] = mode
     done = subprocess.run([sys.executable, __file__, "--child", "--seed", str(seed),
                            *(["--cache", cache] if cache else [])], env=env,
